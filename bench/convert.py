@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""bench/convert.py: checkpoint conversion throughput and memory, side by side with plain copies
+and PyTorch, in one run.
+
+Builds a synthetic MoE checkpoint (per-expert safetensors, default 1 GiB, 64 experts per layer),
+then times, in interleaved rounds on the same file and filesystem:
+
+  cp IN OUT                 and   cat IN > OUT          (each also + fsync(OUT))
+  grouplin convert          per-expert -> single and single -> per-expert, safetensors and .pt
+  PyTorch 1.13              load + torch.stack / unbind + save (safetensors.torch and torch.save)
+
+and reports seconds (median of the rounds), GB/s, the ratio to the faster plain copy of the
+same run, and the peak RssAnon of each process (anonymous resident memory: file pages the kernel
+can drop do not count), sampled from /proc/PID/status every 2 ms by a thread of this script.
+
+`grouplin convert` fsyncs OUT before renaming it into place (atomic and durable), so the fair
+baseline is a plain copy followed by fsync(OUT); figures without the fsync are shown too.
+
+  .venv/bin/python bench/convert.py                      # 1 GiB, 3 rounds
+  .venv/bin/python bench/convert.py --size-gib 4 --rounds 5 --no-torch --json out.json
+Run it on a quiet machine (the load average is printed before and after).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def rss_anon_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+
+
+def measure(cmd, shell=False, env=None):
+    """Runs cmd; returns (seconds, peak RssAnon in MiB) sampled every 2 ms."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, shell=shell, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            # With shell=True the work happens in a child of the shell: sample the whole tree.
+            pids = [proc.pid]
+            try:
+                with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                    pids += [int(p) for p in f.read().split()]
+            except OSError:
+                pass
+            total = sum(v for v in (rss_anon_kib(p) for p in pids) if v is not None)
+            peak[0] = max(peak[0], total)
+            time.sleep(0.002)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    _, err = proc.communicate()
+    seconds = time.perf_counter() - start
+    done.set()
+    t.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd} failed ({proc.returncode}): {err.decode(errors='replace')}")
+    return seconds, peak[0] / 1024
+
+
+def fsync_file(path):
+    start = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    return time.perf_counter() - start
+
+
+def make_checkpoint(path, size_gib, experts, out_features, in_features, bias):
+    """Per-expert safetensors file written straight to disk (no tensor library, bounded memory),
+    tensors in GroupLin's own order (by dtype size, then name) so it is what `grouplin convert`
+    would write. BF16 expert weights [out, in]; optional F32 biases; an F32 norm per layer."""
+    expert_bytes = out_features * in_features * 2
+    layers = max(1, round(size_gib * (1 << 30) / (experts * expert_bytes)))
+    entries = []  # (name, dtype, shape, nbytes)
+    for l in range(layers):
+        p = f"model.layers.{l}.mlp.experts."
+        for i in range(experts):
+            entries.append((f"{p}weight{i}", "BF16", [out_features, in_features], expert_bytes))
+            if bias:
+                entries.append((f"{p}bias{i}", "F32", [out_features], out_features * 4))
+        entries.append((f"model.layers.{l}.input_layernorm.weight", "F32", [in_features],
+                        in_features * 4))
+    size_rank = {"F32": 0, "BF16": 1}
+    entries.sort(key=lambda e: (size_rank[e[1]], e[0]))
+    header, offset = {}, 0
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    chunk = os.urandom(8 << 20)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        left = offset
+        while left:
+            n = min(left, len(chunk))
+            f.write(chunk[:n])
+            left -= n
+    return layers, offset
+
+
+TORCH_JOB = r"""
+import sys, torch
+from safetensors.torch import load_file, save_file
+src, dst, to, fmt = sys.argv[1:5]
+sd = load_file(src) if src.endswith(".safetensors") else torch.load(src, weights_only=True)
+out, groups = {}, {}
+for k, v in sd.items():
+    head, _, leaf = k.rpartition(".")
+    for base in ("weight", "bias"):
+        if to == "single" and leaf.startswith(base) and leaf[len(base):].isdigit():
+            groups.setdefault((head, base), {})[int(leaf[len(base):])] = v
+            break
+    else:
+        if to == "per-expert" and leaf in ("weight", "bias") and k.endswith("experts." + leaf):
+            for i, e in enumerate(v.unbind(0)):
+                out[f"{head}.{leaf}{i}"] = e.clone()   # save_file refuses shared storages
+        else:
+            out[k] = v
+for (head, base), parts in groups.items():
+    out[f"{head}.{base}"] = torch.stack([parts[i] for i in range(len(parts))])
+del sd
+if fmt == "safetensors":
+    save_file(out, dst)
+else:
+    torch.save(out, dst)
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-gib", type=float, default=1.0)
+    ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--out-features", type=int, default=1024)
+    ap.add_argument("--in-features", type=int, default=2048)
+    ap.add_argument("--no-bias", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default=os.path.join(ROOT, "build", "bench-convert"),
+                    help="scratch folder (all files on one filesystem)")
+    ap.add_argument("--grouplin", default=os.path.join(ROOT, "build", "grouplin"))
+    ap.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"),
+                    help="Python with torch 1.13 and safetensors, for the PyTorch baseline")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args()
+
+    os.makedirs(args.dir, exist_ok=True)
+    work = tempfile.mkdtemp(dir=args.dir)
+    load_before = open("/proc/loadavg").read().split()[:3]
+    try:
+        src = os.path.join(work, "per_expert.safetensors")
+        layers, data = make_checkpoint(src, args.size_gib, args.experts, args.out_features,
+                                       args.in_features, not args.no_bias)
+        size = os.path.getsize(src)
+        print(f"checkpoint: {size / 1e9:.2f} GB, {layers} layers x {args.experts} experts "
+              f"[{args.out_features}, {args.in_features}] BF16, in {work}", flush=True)
+        single = os.path.join(work, "single.safetensors")
+        single_pt = os.path.join(work, "single.pt")
+        per_expert_pt = os.path.join(work, "per_expert.pt")
+        gl = args.grouplin
+        subprocess.run([gl, "convert", src, single, "--layout", "single", "--quiet"], check=True)
+        subprocess.run([gl, "convert", src, per_expert_pt, "--layout", "per-expert", "--quiet"],
+                       check=True)
+        subprocess.run([gl, "convert", src, single_pt, "--layout", "single", "--quiet"],
+                       check=True)
+        out = os.path.join(work, "out")
+
+        cases = [
+            ("cp IN OUT", lambda: measure(["cp", src, out + ".safetensors"]), True),
+            ("cat IN > OUT", lambda: measure(f"cat '{src}' > '{out}.safetensors'", shell=True),
+             True),
+        ]
+        for name, a, b, layout, ext in [
+            ("per-expert -> single, safetensors", src, None, "single", ".safetensors"),
+            ("single -> per-expert, safetensors", single, None, "per-expert", ".safetensors"),
+            ("per-expert -> single, safetensors -> .pt", src, None, "single", ".pt"),
+            ("single -> per-expert, .pt -> safetensors", single_pt, None, "per-expert",
+             ".safetensors"),
+            ("per-expert -> single, .pt", per_expert_pt, None, "single", ".pt"),
+            ("single -> per-expert, .pt", single_pt, None, "per-expert", ".pt"),
+        ]:
+            cases.append((f"grouplin {name}",
+                          lambda a=a, layout=layout, ext=ext: measure(
+                              [gl, "convert", a, out + ext, "--layout", layout, "--quiet"]),
+                          False))
+
+        results = {name: {"seconds": [], "fsync": [], "rss": []} for name, _, _ in cases}
+        for r in range(args.rounds):
+            for name, run, plain in cases:
+                for ext in (".safetensors", ".pt"):
+                    if os.path.exists(out + ext):
+                        os.remove(out + ext)
+                seconds, rss = run()
+                written = out + (".pt" if os.path.exists(out + ".pt") else ".safetensors")
+                results[name]["seconds"].append(seconds)
+                results[name]["rss"].append(rss)
+                results[name]["fsync"].append(fsync_file(written) if plain else 0.0)
+            print(f"round {r + 1}/{args.rounds} done", flush=True)
+
+        torch_rows = []
+        if not args.no_torch:
+            job = os.path.join(work, "torch_job.py")
+            with open(job, "w") as f:
+                f.write(TORCH_JOB)
+            for name, a, layout, fmt, ext in [
+                ("PyTorch per-expert -> single, safetensors", src, "single", "safetensors",
+                 ".safetensors"),
+                ("PyTorch single -> per-expert, safetensors", single, "per-expert",
+                 "safetensors", ".safetensors"),
+                ("PyTorch per-expert -> single, .pt (torch.load/save)", per_expert_pt, "single",
+                 "pt", ".pt"),
+                ("PyTorch single -> per-expert, .pt (torch.load/save)", single_pt, "per-expert",
+                 "pt", ".pt"),
+            ]:
+                for e in (".safetensors", ".pt"):
+                    if os.path.exists(out + e):
+                        os.remove(out + e)
+                seconds, rss = measure([args.python, job, a, out + ext, layout, fmt])
+                # torch does not fsync; add it so the figure is comparable.
+                seconds += fsync_file(out + ext)
+                results[name] = {"seconds": [seconds], "fsync": [0.0], "rss": [rss]}
+                torch_rows.append(name)
+                print(f"{name}: {seconds:.1f} s", flush=True)
+
+        load_after = open("/proc/loadavg").read().split()[:3]
+        med = {k: statistics.median(v["seconds"]) for k, v in results.items()}
+        med_sync = {k: statistics.median([s + f for s, f in zip(v["seconds"], v["fsync"])])
+                    for k, v in results.items()}
+        best_plain = min(med_sync["cp IN OUT"], med_sync["cat IN > OUT"])
+        best_plain_nosync = min(med["cp IN OUT"], med["cat IN > OUT"])
+        largest_tensor = args.experts * args.out_features * args.in_features * 2
+        print(f"\nload average before {' '.join(load_before)}, after {' '.join(load_after)}")
+        print(f"file {size / 1e9:.3f} GB; largest output tensor {largest_tensor / 2**20:.0f} MiB; "
+              f"median of {args.rounds} rounds (PyTorch: 1 run)\n")
+        print("| job | seconds | GB/s | vs faster plain copy + fsync | peak RssAnon MiB |")
+        print("|---|---|---|---|---|")
+        rows = []
+        for name in results:
+            v = results[name]
+            s = med_sync[name]
+            rss = max(v["rss"])
+            row = {"job": name, "seconds": s, "gb_per_s": size / s / 1e9,
+                   "ratio_to_best_plain_copy": best_plain / s, "peak_rss_anon_mib": rss,
+                   "all_seconds": [a + b for a, b in zip(v["seconds"], v["fsync"])]}
+            if name in ("cp IN OUT", "cat IN > OUT"):
+                row["job"] = name + " + fsync"
+                row["seconds_without_fsync"] = med[name]
+            rows.append(row)
+            print(f"| {row['job']} | {s:.3f} | {size / s / 1e9:.2f} | {best_plain / s:.2f}x | "
+                  f"{rss:.1f} |")
+        for name in ("cp IN OUT", "cat IN > OUT"):
+            print(f"| {name} (no fsync) | {med[name]:.3f} | {size / med[name] / 1e9:.2f} | "
+                  f"{best_plain / med[name]:.2f}x | {max(results[name]['rss']):.1f} |")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"file_bytes": size, "layers": layers, "experts": args.experts,
+                           "largest_tensor_bytes": largest_tensor, "rounds": args.rounds,
+                           "load_before": load_before, "load_after": load_after,
+                           "best_plain_copy_with_fsync_s": best_plain,
+                           "best_plain_copy_without_fsync_s": best_plain_nosync,
+                           "rows": rows}, f, indent=2)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

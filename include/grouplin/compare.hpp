@@ -1,0 +1,51 @@
+// Comparing the values of two checkpoints, whatever their layouts and formats.
+//
+//   grouplin::CompareReport r = grouplin::compare_checkpoints("a.pt", "b.safetensors");
+//   if (!r.same) for (const std::string& line : r.differences) std::cout << line << "\n";
+//
+// Both files are brought to one form without copying (every grouped module per-expert, as
+// plan_conversion(..., ExpertLayout::PerExpert) plans it); then the two must have the same entry
+// names, and each entry the same dtype, the same shape and the same bytes (bit equality: -0.0
+// differs from 0.0, a NaN equals only the same NaN). Data is read with pread in 1 MiB pieces, so
+// memory stays small whatever the file size. Safetensors metadata is not compared; the CRC-32 of
+// every .pt storage record is checked (PtReadOptions::check_storage_crc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grouplin/checkpoint.hpp"
+#include "grouplin/checkpoint_layout.hpp"
+
+namespace grouplin {
+
+struct CompareOptions {
+  // Differences described in CompareReport::differences (the count covers them all).
+  size_t max_listed = 10;
+};
+
+struct CompareReport {
+  bool same = true;
+  CheckpointFormat format_a = CheckpointFormat::Safetensors;
+  CheckpointFormat format_b = CheckpointFormat::Safetensors;
+  std::vector<GroupedModule> modules_a;  // as found, in each file's own layout
+  std::vector<GroupedModule> modules_b;
+  size_t tensors_compared = 0;  // entries present in both, per-expert form
+  uint64_t bytes_compared = 0;
+  // Entries that differ: present in one file only, another dtype or shape, or other values.
+  size_t differing = 0;
+  // The first max_listed of them, one line each, in A's order then B's extra entries:
+  //   model.experts.weight3: 12 of 4096 elements differ, first at [0, 5]: 0.25 vs 0.5
+  //   model.experts.bias1: only in A
+  std::vector<std::string> differences;
+};
+
+// Compares the checkpoints at `a` and `b` (see above). Throws Error for a file that cannot be
+// read or fails validation, or whose grouped modules are inconsistent (the codes of
+// load_checkpoint and scan_grouped_modules, messages naming the file).
+CompareReport compare_checkpoints(const std::string& a, const std::string& b,
+                                  const CompareOptions& options = {});
+
+}  // namespace grouplin

@@ -1,0 +1,71 @@
+// Element types and exact scalar conversions.
+//
+//   grouplin::DType t = grouplin::DType::BF16;
+//   size_t bytes = grouplin::dtype_size(t);               // 2
+//   uint16_t b = grouplin::f32_to_bf16(1.0f / 3.0f);       // round to nearest even
+//   float back = grouplin::bf16_to_f32(b);
+//   auto parsed = grouplin::dtype_from_name("F8_E4M3");     // as safetensors spells it
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace grouplin {
+
+// Float types GroupLin computes with, plus the integer and byte types that checkpoints carry
+// and GroupLin passes through unchanged.
+enum class DType : uint8_t {
+  F32,
+  F16,
+  BF16,
+  F8_E4M3,  // "e4m3fn": no infinities, NaN is S.1111.111, max 448
+  F8_E5M2,  // IEEE-like: infinities and NaNs, max 57344
+  F64,
+  BOOL,
+  U8,
+  I8,
+  I16,
+  U16,
+  I32,
+  U32,
+  I64,
+  U64,
+};
+
+inline constexpr DType kAllDTypes[] = {
+    DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::F8_E5M2,
+    DType::F64, DType::BOOL, DType::U8,  DType::I8,      DType::I16,
+    DType::U16, DType::I32,  DType::U32, DType::I64,     DType::U64,
+};
+
+// Bytes per element.
+size_t dtype_size(DType t);
+// The safetensors spelling: "F32", "BF16", "F8_E4M3", "BOOL", ...
+std::string_view dtype_name(DType t);
+// Parses the safetensors spelling; nullopt for anything else (case-sensitive).
+std::optional<DType> dtype_from_name(std::string_view name);
+// True for F32, F16, BF16, F8_E4M3, F8_E5M2 and F64.
+bool is_float(DType t);
+
+// Scalar conversions. Narrowing rounds once to nearest, ties to even, bit for bit as ml_dtypes
+// does from F32: NaN becomes the quiet NaN of the target with the input's sign; BF16, F16 and
+// F8_E5M2 overflow to infinity; F8_E4M3 (no infinity) rounds magnitudes up to 464 to 448 and
+// those beyond to NaN. Widening is exact.
+float bf16_to_f32(uint16_t bits);
+uint16_t f32_to_bf16(float value);
+float f16_to_f32(uint16_t bits);
+uint16_t f32_to_f16(float value);
+float f8e4m3_to_f32(uint8_t bits);
+uint8_t f32_to_f8e4m3(float value);
+float f8e5m2_to_f32(uint8_t bits);
+uint8_t f32_to_f8e5m2(float value);
+
+// Converts n elements between two float dtypes (F64 included; same dtype is a plain copy).
+// F64 sources are rounded once, directly (ml_dtypes rounds them twice, through F32).
+// Throws Error(UnsupportedConversion) if either type is not a float type.
+// Requires: src holds n elements of `from`, dst has room for n elements of `to`; no overlap.
+void convert_elements(const void* src, DType from, void* dst, DType to, size_t n);
+
+}  // namespace grouplin

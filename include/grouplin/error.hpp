@@ -1,0 +1,99 @@
+// GroupLin errors: one exception type carrying a named code and a message.
+//
+//   try {
+//     layer.forward(x, m_splits);
+//   } catch (const grouplin::Error& e) {
+//     if (e.code() == grouplin::ErrorCode::SplitSumMismatch) { ... }
+//     std::cerr << e.what() << "\n";  // names the argument, the expected and the actual value
+//   }
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace grouplin {
+
+// Every way GroupLin can fail has a name here. The list is an X-macro so that the enum, the
+// name table and the test that walks every code cannot drift apart.
+#define GROUPLIN_ERROR_CODES(X)                                                                 \
+  /* Arguments and shapes. */                                                                   \
+  X(InvalidArgument)                                                                            \
+  X(ShapeMismatch)                                                                              \
+  X(DTypeMismatch)                                                                              \
+  X(UnsupportedDType)                                                                           \
+  X(SizeOverflow)                                                                               \
+  X(OutOfBounds)                                                                                \
+  X(ReadOnlyTensor)                                                                             \
+  X(NotStackable)                                                                               \
+  X(UndefinedTensor)                                                                            \
+  /* GroupedLinear. */                                                                          \
+  X(SplitCountMismatch)                                                                         \
+  X(NegativeSplit)                                                                              \
+  X(SplitSumMismatch)                                                                           \
+  X(BackwardBeforeForward)                                                                      \
+  X(InvalidEnvironment)                                                                         \
+  /* State dicts. */                                                                            \
+  X(MissingKey)                                                                                 \
+  X(UnexpectedKey)                                                                              \
+  X(PartialExpertSet)                                                                           \
+  X(BothLayoutsPresent)                                                                         \
+  X(ExpertCountMismatch)                                                                        \
+  X(UnsupportedConversion)                                                                      \
+  X(DuplicateName)                                                                              \
+  X(LoadFailed)                                                                                 \
+  /* Files in general. */                                                                       \
+  X(IoError)                                                                                    \
+  X(UnknownFormat)                                                                              \
+  X(FileTooSmall)                                                                               \
+  X(Truncated)                                                                                  \
+  /* safetensors. */                                                                            \
+  X(HeaderTooLarge)                                                                             \
+  X(HeaderPastEnd)                                                                              \
+  X(InvalidHeader)                                                                              \
+  X(InvalidMetadata)                                                                            \
+  X(UnknownDType)                                                                               \
+  X(InvalidOffsets)                                                                             \
+  X(OffsetsNotContiguous)                                                                       \
+  X(TensorSizeMismatch)                                                                         \
+  X(TrailingBytes)                                                                              \
+  /* zip archives. */                                                                           \
+  X(InvalidZip)                                                                                 \
+  X(CompressedEntry)                                                                            \
+  X(EncryptedEntry)                                                                             \
+  X(ZipHeaderMismatch)                                                                          \
+  X(CrcMismatch)                                                                                \
+  X(MissingRecord)                                                                              \
+  /* pickles. */                                                                                \
+  X(ForbiddenOpcode)                                                                            \
+  X(ForbiddenGlobal)                                                                            \
+  X(PickleStackError)                                                                           \
+  X(PickleLimitExceeded)                                                                        \
+  X(InvalidPickle)                                                                              \
+  X(StorageTooSmall)                                                                            \
+  X(StorageSizeMismatch)
+
+enum class ErrorCode {
+#define GROUPLIN_ENUM_ENTRY(name) name,
+  GROUPLIN_ERROR_CODES(GROUPLIN_ENUM_ENTRY)
+#undef GROUPLIN_ENUM_ENTRY
+};
+
+// Returns the code's name as written in the enum ("SplitSumMismatch").
+std::string_view error_code_name(ErrorCode code);
+
+// The only exception GroupLin throws on purpose. what() is "<CodeName>: <message>".
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message);
+
+  ErrorCode code() const noexcept { return code_; }
+  // The message without the code prefix.
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  ErrorCode code_;
+  std::string message_;
+};
+
+}  // namespace grouplin

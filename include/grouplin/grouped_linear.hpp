@@ -1,0 +1,115 @@
+// GroupedLinear: N experts, y_i = x_i · W_iᵀ + b_i over rows split by m_splits.
+//
+//   grouplin::GroupedLinearOptions o;
+//   o.num_gemms = 8; o.in_features = 512; o.out_features = 1024;
+//   o.weight_layout = grouplin::WeightLayout::Single;     // or PerExpert, Contiguous
+//   grouplin::GroupedLinear fc1(o);
+//   std::vector<int64_t> m_splits = {3, 0, 5, 2, 2, 0, 1, 3};  // rows of x per expert, sum = T
+//   grouplin::Tensor y = fc1.forward(x, m_splits);          // x [T, 512] -> y [T, 1024]
+//   grouplin::Tensor dx = fc1.backward(dy);                   // fills weight and bias grads
+//
+// The three layouts hold bit-identical values from the same seed and give bit-identical
+// results. Not thread-safe: one thread calls forward/backward at a time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grouplin/grouped_tensor.hpp"
+#include "grouplin/module.hpp"
+#include "grouplin/tensor.hpp"
+
+namespace grouplin {
+
+enum class WeightLayout {
+  PerExpert,   // N tensors weight{i} [out, in], bias{i} [out], each its own allocation
+  Contiguous,  // the same N parameters, views into one GroupedTensor
+  Single,      // one weight [N, out, in], one bias [N, out]
+};
+
+// "per-expert", "contiguous", "single".
+std::string_view layout_name(WeightLayout layout);
+
+// The environment variable that selects Contiguous when weight_layout is not given.
+inline constexpr const char* kContiguousWeightsEnv = "NVTE_ALLOC_CONTIGUOUS_GROUPED_LINEAR_WEIGHTS";
+
+// The layout to use: `requested` if given, else Contiguous when kContiguousWeightsEnv is truthy
+// (1 true yes on), else PerExpert. Accepted values are case-insensitive; 0 false no off and the
+// empty string mean false. Throws Error(InvalidEnvironment) naming the variable, its value and
+// the accepted values for anything else.
+WeightLayout resolve_weight_layout(std::optional<WeightLayout> requested);
+
+struct GroupedLinearOptions {
+  int64_t num_gemms = 1;  // N, the number of experts (>= 1)
+  int64_t in_features = 1;
+  int64_t out_features = 1;
+  bool bias = true;
+  DType params_dtype = DType::F32;  // F32 or BF16; inputs and outputs use the same dtype
+  std::optional<WeightLayout> weight_layout;  // unset: see resolve_weight_layout
+  // Accumulate weight gradients into F32 Parameter::main_grad instead of overwriting grad.
+  bool fuse_wgrad_accumulation = false;
+  uint64_t seed = 0;  // initialisation is a pure function of (seed, options)
+};
+
+class GroupedLinear : public Module {
+ public:
+  // Builds and initialises the layer: W_i ~ U(-1/sqrt(in), 1/sqrt(in)), same for b_i, drawn
+  // from `seed` in expert order, identical in every layout.
+  // Throws Error(InvalidArgument) for N < 1 or features < 1, Error(UnsupportedDType) for
+  // params_dtype other than F32/BF16, Error(InvalidEnvironment) (see resolve_weight_layout).
+  explicit GroupedLinear(const GroupedLinearOptions& options);
+
+  // y [T, out] for x [T, in] whose first m_splits[0] rows go to expert 0, the next m_splits[1]
+  // to expert 1, and so on. Keeps x and m_splits for backward.
+  // Throws Error(SplitCountMismatch | NegativeSplit | SplitSumMismatch | ShapeMismatch |
+  // DTypeMismatch); a failed call changes nothing.
+  Tensor forward(const Tensor& x, std::span<const int64_t> m_splits);
+
+  // dx [T, in] for dy [T, out]. Writes each parameter's grad (or adds the weight gradient to
+  // main_grad with fuse_wgrad_accumulation). Experts with no rows get zero gradients (their
+  // main_grad is left unchanged). Bias gradients are summed in row order: same inputs, same bits.
+  // Throws Error(BackwardBeforeForward | ShapeMismatch | DTypeMismatch); a failed call changes
+  // nothing.
+  Tensor backward(const Tensor& dy);
+
+  const GroupedLinearOptions& options() const { return options_; }
+  WeightLayout layout() const { return layout_; }
+  int64_t num_gemms() const { return options_.num_gemms; }
+
+  // Views of expert i's weight [out, in] and bias [out] (undefined without bias) and of their
+  // grads (undefined before the first backward). Throws Error(OutOfBounds).
+  Tensor expert_weight(int64_t i) const;
+  Tensor expert_bias(int64_t i) const;
+  Tensor expert_weight_grad(int64_t i) const;
+  Tensor expert_bias_grad(int64_t i) const;
+  Tensor expert_main_grad(int64_t i) const;
+
+  // Accepts per-expert or stacked entries whatever this module's layout (load_state_dict.hpp).
+  void plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) override;
+
+ private:
+  // Expert i's weight (or bias) parameter; Single layout has one of each for all experts.
+  const Parameter& weight_param(int64_t i) const;
+  const Parameter* bias_param(int64_t i) const;
+  // View of expert i inside a parameter-shaped tensor (a Single tensor or a per-expert one).
+  Tensor expert_view(const Tensor& t, int64_t i) const;
+  void allocate_grads();
+  void check_forward_args(const Tensor& x, std::span<const int64_t> m_splits) const;
+
+  GroupedLinearOptions options_;
+  WeightLayout layout_;
+  // Contiguous layout: the one allocation that the per-expert weights and biases view.
+  GroupedTensor weight_group_, bias_group_;
+  GroupedTensor weight_grad_group_, bias_grad_group_, main_grad_group_;
+  // Saved by forward for backward.
+  Tensor saved_x_;
+  std::vector<int64_t> saved_splits_;
+  bool has_saved_ = false;
+  bool grads_allocated_ = false;
+};
+
+}  // namespace grouplin

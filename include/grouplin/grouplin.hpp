@@ -1,0 +1,22 @@
+// GroupLin: the grouped linear layer of Mixture-of-Experts models, its weight layouts and
+// checkpoints. Include this one header for the whole public API.
+//
+//   #include "grouplin/grouplin.hpp"
+//   grouplin::GroupedLinear fc({.num_gemms = 8, .in_features = 64, .out_features = 128});
+//   grouplin::Tensor y = fc.forward(x, m_splits);
+#pragma once
+
+#include "grouplin/checkpoint.hpp"
+#include "grouplin/dtype.hpp"
+#include "grouplin/error.hpp"
+#include "grouplin/file.hpp"
+#include "grouplin/grouped_linear.hpp"
+#include "grouplin/grouped_tensor.hpp"
+#include "grouplin/load_state_dict.hpp"
+#include "grouplin/module.hpp"
+#include "grouplin/optimizer.hpp"
+#include "grouplin/pt_file.hpp"
+#include "grouplin/safetensors.hpp"
+#include "grouplin/state_dict.hpp"
+#include "grouplin/storage.hpp"
+#include "grouplin/tensor.hpp"

@@ -1,0 +1,19 @@
+// Plain SGD over a module tree.
+//
+//   layer.backward(dy);
+//   grouplin::sgd_step(model, 0.01f);   // value -= lr * gradient, for every parameter
+#pragma once
+
+#include "grouplin/module.hpp"
+
+namespace grouplin {
+
+// For every parameter with a gradient: value -= lr * gradient, where the gradient is main_grad
+// when defined (fuse_wgrad_accumulation) and grad otherwise. Computed in F32, rounded once to
+// the parameter's dtype. Borrowed (copy-on-write) parameters are copied first.
+void sgd_step(Module& module, float lr);
+
+// Sets every grad and main_grad of the tree to zero.
+void zero_grad(Module& module);
+
+}  // namespace grouplin

@@ -1,0 +1,58 @@
+// Reference-counted byte buffers that tensors view.
+//
+//   auto heap = grouplin::Storage::allocate(4096);          // zeroed, 64-byte aligned, writable
+//   auto mapped = grouplin::Storage::wrap(ptr, size, owner); // read-only, keeps `owner` alive
+//
+// A Storage is either owned heap memory or borrowed read-only memory (a file mapping) that
+// holds a reference to whatever keeps that memory valid. Not thread-safe for concurrent writes
+// to the same bytes; the counters below are atomic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace grouplin {
+
+inline constexpr size_t kStorageAlignment = 64;
+
+class Storage {
+ public:
+  // Allocates nbytes of zeroed memory aligned to kStorageAlignment. nbytes may be 0.
+  static std::shared_ptr<Storage> allocate(size_t nbytes);
+  // Borrows [data, data + nbytes) read-only; `owner` is kept alive as long as this storage.
+  static std::shared_ptr<Storage> wrap(const std::byte* data, size_t nbytes,
+                                       std::shared_ptr<const void> owner);
+
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  const std::byte* data() const { return data_; }
+  // Throws Error(ReadOnlyTensor) for borrowed read-only memory.
+  std::byte* mutable_data();
+  size_t size() const { return size_; }
+  bool writable() const { return owned_; }
+
+ private:
+  Storage(std::byte* data, size_t size, bool owned, std::shared_ptr<const void> owner);
+
+  std::byte* data_;
+  size_t size_;
+  bool owned_;
+  std::shared_ptr<const void> owner_;
+};
+
+// Process-wide counters, for tests that prove a path allocates or copies nothing extra.
+struct StorageStats {
+  uint64_t allocations = 0;      // Storage::allocate calls
+  uint64_t allocated_bytes = 0;  // bytes requested by those calls
+  uint64_t copied_bytes = 0;     // bytes moved by Tensor::copy_from (including conversions)
+};
+StorageStats storage_stats();
+
+namespace detail {
+void count_copied_bytes(uint64_t n);
+}  // namespace detail
+
+}  // namespace grouplin

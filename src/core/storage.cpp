@@ -1,0 +1,67 @@
+#include "grouplin/storage.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "grouplin/error.hpp"
+
+namespace grouplin {
+namespace {
+
+std::atomic<uint64_t> g_allocations{0};
+std::atomic<uint64_t> g_allocated_bytes{0};
+std::atomic<uint64_t> g_copied_bytes{0};
+
+}  // namespace
+
+Storage::Storage(std::byte* data, size_t size, bool owned, std::shared_ptr<const void> owner)
+    : data_(data), size_(size), owned_(owned), owner_(std::move(owner)) {}
+
+Storage::~Storage() {
+  if (owned_) std::free(data_);
+}
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
+  // aligned_alloc wants a size that is a multiple of the alignment, and never 0.
+  size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
+  if (rounded < nbytes) throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
+  if (rounded == 0) rounded = kStorageAlignment;
+  void* p = std::aligned_alloc(kStorageAlignment, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  g_allocated_bytes.fetch_add(nbytes, std::memory_order_relaxed);
+  return std::shared_ptr<Storage>(new Storage(static_cast<std::byte*>(p), nbytes, true, nullptr));
+}
+
+std::shared_ptr<Storage> Storage::wrap(const std::byte* data, size_t nbytes,
+                                       std::shared_ptr<const void> owner) {
+  // The const_cast is safe: mutable_data() refuses to hand out a pointer for borrowed memory.
+  return std::shared_ptr<Storage>(
+      new Storage(const_cast<std::byte*>(data), nbytes, false, std::move(owner)));
+}
+
+std::byte* Storage::mutable_data() {
+  if (!owned_) {
+    throw Error(ErrorCode::ReadOnlyTensor,
+                "writing to read-only storage of " + std::to_string(size_) +
+                    " bytes (a file mapping); copy it first");
+  }
+  return data_;
+}
+
+StorageStats storage_stats() {
+  StorageStats s;
+  s.allocations = g_allocations.load(std::memory_order_relaxed);
+  s.allocated_bytes = g_allocated_bytes.load(std::memory_order_relaxed);
+  s.copied_bytes = g_copied_bytes.load(std::memory_order_relaxed);
+  return s;
+}
+
+namespace detail {
+void count_copied_bytes(uint64_t n) { g_copied_bytes.fetch_add(n, std::memory_order_relaxed); }
+}  // namespace detail
+
+}  // namespace grouplin

@@ -1,0 +1,19 @@
+// inspect_checkpoint: the validated headers of a checkpoint and its grouped modules.
+#include "grouplin/inspect.hpp"
+
+#include "io/checkpoint_source.hpp"
+
+namespace grouplin {
+
+CheckpointSummary inspect_checkpoint(const std::string& path) {
+  std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(path);
+  CheckpointSummary s;
+  s.format = src->format();
+  s.file_bytes = src->file_size();
+  s.tensors = src->tensors();  // the views keep the mapping alive
+  s.metadata = src->metadata();
+  s.scan = scan_grouped_modules(s.tensors);
+  return s;
+}
+
+}  // namespace grouplin

@@ -1,0 +1,89 @@
+// Private: a restricted pickle machine for the data.pkl record of PyTorch `.pt` files.
+//
+//   grouplin::pickle::PickledStateDict p = grouplin::pickle::run_pickle(pkl_bytes);
+//   for (const auto& [name, t] : p.tensors) {
+//     const grouplin::pickle::StorageRef& s = p.storages[t.storage];  // record data/<s.key>
+//   }
+//
+// It understands only the opcodes PyTorch's weights_only loader allows, and only the globals
+// needed for state dicts (collections.OrderedDict, torch._utils._rebuild_tensor_v2/_v3,
+// torch._utils._rebuild_parameter, torch.<Type>Storage, torch.UntypedStorage, torch dtypes).
+// Nothing is imported or called: a global is a tag, and REDUCE on an allowed tag builds the
+// value here in C++. Every size is bounded (PickleLimits). Errors start with "offset N: ", the
+// offset of the opcode in the pickle; callers add the file and record names.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "grouplin/dtype.hpp"
+#include "grouplin/tensor.hpp"
+
+namespace grouplin::pickle {
+
+// Caps on what one pickle may make the machine hold. Exceeding one throws
+// Error(PickleLimitExceeded) naming the limit. The defaults are far above what torch.save
+// writes for the largest state dicts (about 10 objects and 100 bytes of pickle per tensor;
+// torch batches SETITEMS by 1000, so its stack stays under ~2000 values).
+struct PickleLimits {
+  size_t max_bytes = size_t{256} << 20;  // size of the pickle itself
+  size_t max_stack = size_t{1} << 20;    // values on the stack, all MARK levels together
+  size_t max_marks = 256;                // MARKs open at once
+  size_t max_memo = size_t{1} << 24;     // distinct memo keys
+  size_t max_objects = size_t{1} << 26;  // values created (each opcode creates at most one)
+  size_t max_string = size_t{1} << 16;   // bytes in one string or GLOBAL line
+  size_t max_depth = 256;                // containers inside containers
+  size_t max_rank = 64;                  // dimensions of one tensor
+};
+
+// A storage named by a persistent id ('storage', torch.<Type>Storage, key, location, numel).
+struct StorageRef {
+  std::string key;       // its bytes are the record <folder>/data/<key>
+  std::string type;      // "torch.FloatStorage", "torch.UntypedStorage", ...
+  DType dtype;           // element type (U8 for UntypedStorage)
+  bool untyped;          // torch.UntypedStorage: numel counts bytes
+  int64_t numel;         // elements of dtype
+  std::string location;  // "cpu", "cuda:0", ... (informational; everything loads to memory)
+  size_t nbytes() const { return static_cast<size_t>(numel) * dtype_size(dtype); }
+};
+
+// A tensor built by _rebuild_tensor_v2/_v3. Its elements lie inside its storage (checked).
+struct TensorRef {
+  size_t storage = 0;          // index into PickledStateDict::storages
+  DType dtype = DType::F32;    // the storage's type (v2) or the explicit dtype (v3)
+  int64_t storage_offset = 0;  // in elements of dtype
+  Shape shape;
+  std::vector<int64_t> stride;  // in elements of dtype, all >= 0
+};
+
+// The top-level dict of a state dict pickle.
+struct PickledStateDict {
+  std::vector<std::pair<std::string, TensorRef>> tensors;  // in the dict's order
+  std::vector<StorageRef> storages;                        // in order of first reference
+};
+
+// Runs the pickle and returns its top-level dict (collections.OrderedDict or dict) of
+// name -> tensor. `_metadata` set by BUILD on the OrderedDict is read and ignored.
+// Throws Error: ForbiddenOpcode (any opcode outside the allowed set), ForbiddenGlobal (any
+// global outside the allow-list), UnsupportedDType (known torch types GroupLin cannot hold:
+// complex, quantized, fnuz float8), PickleStackError (stack underflow, missing MARK),
+// PickleLimitExceeded, Truncated (an argument or the pickle ends early), InvalidPickle (wrong
+// types: SETITEM on a non-dict, APPEND on a non-list, a malformed persistent id, a top-level
+// value that is not a dict of tensors, bytes after STOP, ...), DuplicateName (a dict key set
+// twice), StorageTooSmall (a tensor reaching past its storage), SizeOverflow.
+PickledStateDict run_pickle(std::span<const std::byte> pickle, const PickleLimits& limits = {});
+
+// True when `stride` is row-major contiguous for `shape`; dimensions of size 1, and tensors
+// with no elements, may have any stride (as in torch's is_contiguous).
+bool is_contiguous(const Shape& shape, const std::vector<int64_t>& stride);
+
+// True when `s` is UTF-8 as Python's pickle writes it (no overlong forms, nothing past
+// U+10FFFF; surrogates allowed). BINUNICODE strings must pass; the writer checks names with it.
+bool is_valid_utf8(std::string_view s);
+
+}  // namespace grouplin::pickle

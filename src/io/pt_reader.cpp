@@ -1,0 +1,162 @@
+// Reading `.pt` files: zip directory → folder and records → data.pkl through the restricted
+// pickle machine → storages resolved to records (exact sizes) → tensors as views or copies.
+#include <algorithm>
+#include <cstring>
+
+#include "grouplin/error.hpp"
+#include "grouplin/pt_file.hpp"
+#include "io/pickle_machine.hpp"
+#include "io/zip.hpp"
+
+namespace grouplin {
+namespace {
+
+std::string quoted(std::string_view name) {
+  std::string s;  // built by appends: GCC 12 warns (-Wrestrict) falsely on "\"" + std::string
+  s.reserve(name.size() + 2);
+  s += '"';
+  s += name;
+  s += '"';
+  return s;
+}
+
+// Copies a strided tensor (elements inside `storage`, checked by the pickle machine) into a new
+// row-major heap tensor. Requires: rank >= 1 and at least one element.
+Tensor gather(const Storage& storage, const pickle::TensorRef& t) {
+  Tensor out = Tensor::zeros(t.shape, t.dtype);
+  const size_t esize = dtype_size(t.dtype);
+  const std::byte* src = storage.data();
+  std::byte* dst = out.mutable_data();
+  const size_t rank = t.shape.size();
+  const int64_t inner = t.shape[rank - 1];
+  const int64_t inner_stride = t.stride[rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  int64_t base = t.storage_offset;
+  for (int64_t row = 0, rows = out.numel() / inner; row < rows; ++row) {
+    for (int64_t j = 0; j < inner; ++j) {
+      std::memcpy(dst, src + static_cast<size_t>(base + j * inner_stride) * esize, esize);
+      dst += esize;
+    }
+    // Next row: odometer over the outer dimensions.
+    for (size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < t.shape[d]) {
+        base += t.stride[d];
+        break;
+      }
+      base -= (t.shape[d] - 1) * t.stride[d];
+      index[d] = 0;
+    }
+  }
+  detail::count_copied_bytes(out.nbytes());
+  return out;
+}
+
+StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
+  const zip::ZipReader archive = zip::ZipReader::open(std::move(bytes));
+  const auto& entries = archive.entries();
+  if (entries.empty()) throw Error(ErrorCode::MissingRecord, "the archive has no records");
+
+  // One top-level folder, whatever its name ("archive", the file's stem, ...).
+  const std::string& first = entries.front().name;
+  const size_t slash = first.find('/');
+  if (slash == std::string::npos || slash == 0) {
+    throw Error(ErrorCode::InvalidZip, "record " + quoted(first) + " is not inside a folder");
+  }
+  const std::string folder = first.substr(0, slash + 1);
+  for (const zip::Entry& e : entries) {
+    if (e.name.compare(0, folder.size(), folder) != 0) {
+      throw Error(ErrorCode::InvalidZip, "record " + quoted(e.name) + " is outside the folder " +
+                                             quoted(folder) + " of the first record");
+    }
+  }
+  const std::string data_folder = folder + "data/";
+  if (options.check_record_crc) {
+    for (const zip::Entry& e : entries) {
+      if (e.name.compare(0, data_folder.size(), data_folder) != 0) archive.check_crc(e);
+    }
+  }
+
+  const zip::Entry* pkl = archive.find(folder + "data.pkl");
+  if (pkl == nullptr)
+    throw Error(ErrorCode::MissingRecord, "no record " + quoted(folder + "data.pkl"));
+  if (const zip::Entry* order = archive.find(folder + "byteorder")) {
+    auto b = archive.bytes(*order);
+    std::string_view value(reinterpret_cast<const char*>(b.data()), b.size());
+    if (value != "little") {
+      throw Error(ErrorCode::UnknownFormat, "record " + quoted(order->name) + " is " +
+                                                quoted(value.substr(0, 16)) +
+                                                "; only little-endian files are read");
+    }
+  }
+
+  pickle::PickledStateDict pickled;
+  try {
+    pickled = pickle::run_pickle(archive.bytes(*pkl));
+  } catch (const Error& e) {
+    throw Error(e.code(), "record " + quoted(pkl->name) + " " + e.message());
+  }
+
+  // Storages: exact record sizes; zero-copy unless the record is misaligned for a dtype using it.
+  std::vector<size_t> alignment(pickled.storages.size(), 1);
+  for (const auto& [name, t] : pickled.tensors) {
+    alignment[t.storage] = std::max(alignment[t.storage], dtype_size(t.dtype));
+  }
+  std::vector<std::shared_ptr<Storage>> storages;
+  storages.reserve(pickled.storages.size());
+  for (size_t i = 0; i < pickled.storages.size(); ++i) {
+    const pickle::StorageRef& s = pickled.storages[i];
+    const std::string record = data_folder + s.key;
+    const zip::Entry* e = archive.find(record);
+    if (e == nullptr) {
+      throw Error(ErrorCode::MissingRecord,
+                  "storage " + quoted(s.key) + " (" + s.type + ") has no record " + quoted(record));
+    }
+    if (e->size != s.nbytes()) {
+      throw Error(ErrorCode::StorageSizeMismatch,
+                  "record " + quoted(record) + " has " + std::to_string(e->size) +
+                      " bytes but storage " + quoted(s.key) + " is " + s.type + " of " +
+                      std::to_string(s.numel) + " elements (" + std::to_string(s.nbytes()) +
+                      " bytes)");
+    }
+    if (options.check_storage_crc) archive.check_crc(*e);
+    std::shared_ptr<Storage> storage = archive.storage(*e);
+    if (reinterpret_cast<uintptr_t>(storage->data()) % alignment[i] != 0) {
+      auto copy = Storage::allocate(storage->size());
+      if (storage->size() != 0) std::memcpy(copy->mutable_data(), storage->data(), storage->size());
+      detail::count_copied_bytes(storage->size());
+      storage = std::move(copy);
+    }
+    storages.push_back(std::move(storage));
+  }
+
+  StateDict dict;
+  for (auto& [name, t] : pickled.tensors) {
+    const std::shared_ptr<Storage>& storage = storages[t.storage];
+    if (pickle::is_contiguous(t.shape, t.stride)) {
+      const size_t offset = static_cast<size_t>(t.storage_offset) * dtype_size(t.dtype);
+      dict.insert(std::move(name), Tensor::view_of(storage, offset, t.shape, t.dtype));
+    } else {
+      dict.insert(std::move(name), gather(*storage, t));
+    }
+  }
+  return dict;
+}
+
+}  // namespace
+
+StateDict parse_pt(std::shared_ptr<Storage> bytes, const std::string& name_for_errors,
+                   const PtReadOptions& options) {
+  if (!bytes) throw Error(ErrorCode::InvalidArgument, "parse_pt: null storage");
+  try {
+    return parse(std::move(bytes), options);
+  } catch (const Error& e) {
+    throw Error(e.code(), "loading " + quoted(name_for_errors) + ": " + e.message());
+  }
+}
+
+StateDict load_pt(const std::string& path, const PtReadOptions& options) {
+  std::shared_ptr<MappedFile> file = MappedFile::open(path);
+  return parse_pt(file->storage(0, file->size()), path, options);
+}
+
+}  // namespace grouplin

@@ -1,0 +1,156 @@
+#include "kernels/grouped_gemm.hpp"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "kernels/gemm_plan.hpp"
+#include "kernels/micro_kernels.hpp"
+#include "kernels/thread_pool.hpp"
+#include "kernels/tile_compute.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+// Tile shapes (tuning constants; the measurements behind them are in docs/PERFORMANCE.md).
+// forward, experts with few rows (dot tiles): all rows share one pass over 192 weight rows.
+constexpr TileShape kForwardDotTile = {.rows = 128, .cols = 192, .row_align = kDotRows,
+                                       .col_align = kDotCols};
+// forward with more rows, dgrad, wgrad: outer-product tiles of up to 384 x 256. Each packs its
+// 256-column slice of B (the weights for forward and dgrad) once per depth block and reuses it
+// for all its rows, so the weights stream once per 384 rows.
+constexpr TileShape kOuterTile = {.rows = 384, .cols = 256, .row_align = kOuterRows,
+                                  .col_align = kOuterCols};
+constexpr TileShape kForwardTile = kOuterTile;
+constexpr TileShape kDgradTile = kOuterTile;
+constexpr TileShape kWgradTile = kOuterTile;
+constexpr TileShape kBgradTile = {.rows = 1, .cols = 1024};
+// Plans cheaper than this (in plan cost units, ~flops; ~40 us on one core) run on the calling
+// thread alone: waking the pool costs more than it saves.
+constexpr double kParallelMinCost = 2e6;
+
+MatrixRef matrix(const Tensor& t) {
+  return {t.data(), t.dtype(), t.rank() == 0 ? 1 : t.dim(t.rank() - 1)};
+}
+MutableMatrixRef mutable_matrix(Tensor& t) {
+  return {t.numel() == 0 ? nullptr : t.mutable_data(), t.dtype(),
+          t.rank() == 0 ? 1 : t.dim(t.rank() - 1)};
+}
+
+std::vector<int64_t> first_rows(std::span<const int64_t> m_splits) {
+  std::vector<int64_t> first(m_splits.size());
+  int64_t row = 0;
+  for (size_t e = 0; e < m_splits.size(); ++e) {
+    first[e] = row;
+    row += m_splits[e];
+  }
+  return first;
+}
+
+// Runs compute(tile, next, scratch) over the plan on the pool, with `scratch_floats` of scratch
+// per worker: the one scheduling helper behind all four operations. Each worker takes tiles in
+// plan order (largest first) from one atomic counter, one tile ahead, so that it knows what it
+// computes next and can prefetch it.
+template <class Compute>
+void run_plan(const TilePlan& plan, size_t scratch_floats, const Compute& compute) {
+  const size_t count = plan.tiles.size();
+  if (count == 0) return;
+  double cost = 0;
+  for (const Tile& t : plan.tiles) cost += t.cost;
+  const int workers = cost < kParallelMinCost ? 1 : workers_for(count);
+  // Uninitialised: every tile writes what it reads. 64-byte aligned start; scratch_floats is a
+  // multiple of 16, so every worker's part is aligned too.
+  scratch_floats = (scratch_floats + 15) / 16 * 16;
+  const auto scratch =
+      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(workers) * scratch_floats + 16);
+  float* base = scratch.get();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  std::atomic<size_t> next{0};
+  run_tasks(static_cast<size_t>(workers), workers, [&](size_t, int worker) {
+    float* mine = base + static_cast<size_t>(worker) * scratch_floats;
+    size_t current = next.fetch_add(1, std::memory_order_relaxed);
+    while (current < count) {
+      const size_t after = next.fetch_add(1, std::memory_order_relaxed);
+      compute(plan.tiles[current], after < count ? &plan.tiles[after] : nullptr, mine);
+      current = after;
+    }
+  });
+}
+
+size_t bytes_of(const Tensor& t) { return dtype_size(t.dtype()); }
+
+}  // namespace
+
+void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
+                     std::span<const Tensor> weights, std::span<const Tensor> biases, Tensor& y) {
+  ForwardArgs args;
+  args.x = matrix(x);
+  args.in_features = x.dim(1);
+  args.y = mutable_matrix(y);
+  const std::vector<int64_t> first = first_rows(m_splits);
+  std::vector<ExpertBlock> blocks;
+  for (size_t e = 0; e < m_splits.size(); ++e) {
+    args.weights.push_back(matrix(weights[e]));
+    if (!biases.empty()) args.biases.push_back(matrix(biases[e]));
+    args.expert_rows.push_back(m_splits[e]);
+    blocks.push_back({first[e], m_splits[e], y.dim(1), x.dim(1),
+                      static_cast<double>(bytes_of(weights[e])),
+                      m_splits[e] <= kDotMaxRows ? kForwardDotTile : kForwardTile});
+  }
+  const TilePlan plan = plan_tiles(blocks);
+  run_plan(plan, scratch_floats(plan),
+           [&](const Tile& t, const Tile* n, float* scratch) { forward_tile(args, t, n, scratch); });
+}
+
+void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
+                   std::span<const Tensor> weights, Tensor& dx) {
+  DgradArgs args;
+  args.dy = matrix(dy);
+  args.dx = mutable_matrix(dx);
+  args.out_features = dy.dim(1);
+  const std::vector<int64_t> first = first_rows(m_splits);
+  std::vector<ExpertBlock> blocks;
+  for (size_t e = 0; e < m_splits.size(); ++e) {
+    args.weights.push_back(matrix(weights[e]));
+    blocks.push_back({first[e], m_splits[e], dx.dim(1), dy.dim(1),
+                      static_cast<double>(bytes_of(weights[e])), kDgradTile});
+  }
+  const TilePlan plan = plan_tiles(blocks);
+  run_plan(plan, scratch_floats(plan),
+           [&](const Tile& t, const Tile* n, float* scratch) { dgrad_tile(args, t, n, scratch); });
+}
+
+void grouped_wgrad(const Tensor& x, const Tensor& dy, std::span<const int64_t> m_splits,
+                   std::span<Tensor> wgrads, bool accumulate) {
+  WgradArgs args;
+  args.x = matrix(x);
+  args.dy = matrix(dy);
+  args.first_row = first_rows(m_splits);
+  args.accumulate = accumulate;
+  std::vector<ExpertBlock> blocks;
+  for (size_t e = 0; e < m_splits.size(); ++e) {
+    args.wgrads.push_back(mutable_matrix(wgrads[e]));
+    // Accumulating, an expert without rows keeps its gradient: no tiles at all.
+    const int64_t rows = accumulate && m_splits[e] == 0 ? 0 : dy.dim(1);
+    blocks.push_back({0, rows, x.dim(1), m_splits[e], 0.0, kWgradTile});
+  }
+  const TilePlan plan = plan_tiles(blocks);
+  run_plan(plan, scratch_floats(plan),
+           [&](const Tile& t, const Tile* n, float* scratch) { wgrad_tile(args, t, n, scratch); });
+}
+
+void grouped_bgrad(const Tensor& dy, std::span<const int64_t> m_splits, std::span<Tensor> bgrads) {
+  BgradArgs args;
+  args.dy = matrix(dy);
+  args.first_row = first_rows(m_splits);
+  std::vector<ExpertBlock> blocks;
+  for (size_t e = 0; e < m_splits.size(); ++e) {
+    args.bgrads.push_back(mutable_matrix(bgrads[e]));
+    blocks.push_back({0, 1, dy.dim(1), m_splits[e], static_cast<double>(bytes_of(dy)), kBgradTile});
+  }
+  const TilePlan plan = plan_tiles(blocks);
+  run_plan(plan, scratch_floats(plan),
+           [&](const Tile& t, const Tile*, float* scratch) { bgrad_tile(args, t, scratch); });
+}
+
+}  // namespace grouplin::kernels

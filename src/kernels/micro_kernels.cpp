@@ -1,0 +1,336 @@
+#include "kernels/micro_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+namespace grouplin::kernels {
+namespace {
+
+// ---- Portable loops (any x86-64, and the reference for what the AVX2 loops compute) ----
+
+void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, float* c, int64_t ldc) {
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < nr; ++j) {
+      float lanes[8] = {};
+      for (int64_t k = 0; k < kc; ++k) lanes[k % 8] += a[i * lda + k] * b[j * ldb + k];
+      const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                        ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      c[i * ldc + j] += sum;
+    }
+  }
+}
+
+void outer_6x16_portable(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                         const float* bp, float* c, int64_t ldc, bool accumulate) {
+  for (int i = 0; i < kOuterRows; ++i) {
+    for (int j = 0; j < kOuterCols; ++j) {
+      float acc = accumulate ? c[i * ldc + j] : 0.0f;
+      for (int64_t p = 0; p < kc; ++p) acc += a[i * a_row + p * a_step] * bp[p * kOuterCols + j];
+      c[i * ldc + j] = acc;
+    }
+  }
+}
+
+void fma_rows_portable(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = 0; p < depth; ++p) {
+      const float av = a[r * lda + p];
+      for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += av * b[p * ldb + j];
+    }
+  }
+}
+
+float load_as_f32(const void* src, bool bf16, int64_t at) {
+  float f;
+  if (bf16) {
+    const uint32_t bits = uint32_t{static_cast<const uint16_t*>(src)[at]} << 16;
+    std::memcpy(&f, &bits, sizeof f);
+  } else {
+    f = static_cast<const float*>(src)[at];
+  }
+  return f;
+}
+
+void pack_transposed_portable(const void* src, bool bf16, int64_t ld, int rows, int64_t kc,
+                              float* dst, int width) {
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int i = 0; i < width; ++i) dst[p * width + i] = i < rows ? load_as_f32(src, bf16, i * ld + p) : 0.0f;
+  }
+}
+
+void widen_bf16_portable(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = uint32_t{src[i]} << 16;
+    std::memcpy(&dst[i], &bits, sizeof bits);
+  }
+}
+
+void narrow_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &src[i], sizeof bits);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7fc0u;
+    dst[i] = static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
+}
+
+constexpr MicroKernels kPortable = {dot_tile_portable,        outer_6x16_portable,
+                                    fma_rows_portable,        pack_transposed_portable,
+                                    widen_bf16_portable,      narrow_bf16_portable,
+                                    "portable"};
+
+// ---- AVX2 + FMA ----
+
+#define GROUPLIN_AVX2 __attribute__((target("avx2,fma")))
+
+// (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)): the tree dot_tile_portable spells out.
+GROUPLIN_AVX2 inline float sum_lanes(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // l_i + l_i+4
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                         // + l_i+2
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));                                          // + l_i+1
+  return _mm_cvtss_f32(s);
+}
+
+// Mask for the first `n` (< 8) lanes.
+GROUPLIN_AVX2 inline __m256i first_lanes(int64_t n) {
+  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), index);
+}
+
+// The register tile: MR x NR accumulators of 8 lanes (12 + 3 + 1 of the 16 ymm registers at
+// 4 x 3). Tail lanes load as zero from both operands, so they add exact zeros.
+template <int MR, int NR>
+GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, float* c, int64_t ldc) {
+  __m256 acc[MR][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 bv[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) bv[j] = _mm256_loadu_ps(b + j * ldb + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_loadu_ps(a + i * lda + k);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+  if (k < kc) {
+    const __m256i mask = first_lanes(kc - k);
+    __m256 bv[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) bv[j] = _mm256_maskload_ps(b + j * ldb + k, mask);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_maskload_ps(a + i * lda + k, mask);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) c[i * ldc + j] += sum_lanes(acc[i][j]);
+  }
+}
+
+using DotFixed = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t);
+
+template <int MR>
+constexpr DotFixed kDotRow[kDotCols] = {dot_tile_avx2_fixed<MR, 1>, dot_tile_avx2_fixed<MR, 2>,
+                                        dot_tile_avx2_fixed<MR, 3>};
+constexpr const DotFixed* kDotTable[kDotRows] = {kDotRow<1>, kDotRow<2>, kDotRow<3>, kDotRow<4>};
+
+void dot_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float* c, int64_t ldc) {
+  kDotTable[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
+}
+
+// 12 accumulators (6 rows x 2 vectors of 8), 2 loads of B and 6 broadcasts of A per step.
+// Packed A (a_row = 1, a_step = 6) gets its own instance with constant strides.
+template <bool kPacked>
+GROUPLIN_AVX2 void outer_6x16_avx2_impl(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                                        const float* bp, float* c, int64_t ldc, bool accumulate) {
+  if constexpr (kPacked) {
+    a_row = 1;
+    a_step = kOuterRows;
+  }
+  __m256 acc[kOuterRows][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kOuterRows; ++i) {
+    acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+  }
+  const float* row[kOuterRows];
+#pragma GCC unroll 6
+  for (int i = 0; i < kOuterRows; ++i) row[i] = a + i * a_row;
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(bp + p * kOuterCols);
+    const __m256 b1 = _mm256_load_ps(bp + p * kOuterCols + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < kOuterRows; ++i) {
+      const __m256 av = _mm256_broadcast_ss(row[i] + p * a_step);
+      acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < kOuterRows; ++i) {
+    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+  }
+}
+
+void outer_6x16_avx2(int64_t kc, const float* a, int64_t a_row, int64_t a_step, const float* bp,
+                     float* c, int64_t ldc, bool accumulate) {
+  if (a_row == 1 && a_step == kOuterRows) {
+    outer_6x16_avx2_impl<true>(kc, a, a_row, a_step, bp, c, ldc, accumulate);
+  } else {
+    outer_6x16_avx2_impl<false>(kc, a, a_row, a_step, bp, c, ldc, accumulate);
+  }
+}
+
+// One row of c at a time (it stays in L1), its chain over p, 8 columns per vector; the ragged
+// end uses masked loads and stores, so every element gets the same fused multiply-adds.
+GROUPLIN_AVX2 void fma_rows_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                 const float* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  const int64_t full = cols / 8 * 8;
+  const __m256i mask = first_lanes(cols - full);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    for (int64_t p = 0; p < depth; ++p) {
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + p);
+      const float* bp = b + p * ldb;
+      int64_t j = 0;
+      for (; j + 32 <= full; j += 32) {
+        _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
+        _mm256_storeu_ps(cr + j + 8, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 8), _mm256_loadu_ps(cr + j + 8)));
+        _mm256_storeu_ps(cr + j + 16, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 16), _mm256_loadu_ps(cr + j + 16)));
+        _mm256_storeu_ps(cr + j + 24, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 24), _mm256_loadu_ps(cr + j + 24)));
+      }
+      for (; j < full; j += 8) {
+        _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
+      }
+      if (j < cols) {
+        const __m256 sum = _mm256_fmadd_ps(av, _mm256_maskload_ps(bp + j, mask), _mm256_maskload_ps(cr + j, mask));
+        _mm256_maskstore_ps(cr + j, mask, sum);
+      }
+    }
+  }
+}
+
+GROUPLIN_AVX2 void narrow_bf16_avx2(const float* src, uint16_t* dst, int64_t n) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i sign16 = _mm256_set1_epi32(0x8000), qnan = _mm256_set1_epi32(0x7fc0);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+    const __m256i high = _mm256_srli_epi32(bits, 16);
+    const __m256i lsb = _mm256_and_si256(high, one);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, bias), lsb), 16);
+    const __m256i nan = _mm256_or_si256(_mm256_and_si256(high, sign16), qnan);
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), inf);
+    const __m256i result = _mm256_blendv_epi8(rounded, nan, is_nan);
+    // Pack the low halves of the eight 32-bit lanes (all < 2^16) into eight 16-bit values.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  }
+  narrow_bf16_portable(src + i, dst + i, n - i);
+}
+
+// 8 values from element (row, p) on of a row-major F32 or BF16 matrix, as F32.
+GROUPLIN_AVX2 inline __m256 load8(const void* src, bool bf16, int64_t at) {
+  if (bf16) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + at));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  return _mm256_loadu_ps(static_cast<const float*>(src) + at);
+}
+
+// In-register 8 x 8 transpose: r[i] lane j becomes r[j] lane i.
+GROUPLIN_AVX2 inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Groups of 8 source rows (missing rows read as zero) x 8 columns, transposed in registers and
+// stored as 8 p-rows; for width 6 each store of 8 overlaps the next group by 2 floats, which the
+// next store (or the caller's slack) absorbs.
+GROUPLIN_AVX2 void pack_transposed_avx2(const void* src, bool bf16, int64_t ld, int rows,
+                                        int64_t kc, float* dst, int width) {
+  const int64_t full = kc / 8 * 8;
+  for (int g = 0; g < width; g += 8) {
+    const int group_rows = std::max(0, std::min(8, rows - g));
+    for (int64_t p = 0; p < full; p += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {
+        r[i] = i < group_rows ? load8(src, bf16, (g + i) * ld + p) : _mm256_setzero_ps();
+      }
+      transpose8(r);
+      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (p + q) * width + g, r[q]);
+    }
+  }
+  for (int64_t p = full; p < kc; ++p) {
+    for (int i = 0; i < width; ++i) dst[p * width + i] = i < rows ? load_as_f32(src, bf16, i * ld + p) : 0.0f;
+  }
+}
+
+GROUPLIN_AVX2 void widen_bf16_avx2(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+  }
+  widen_bf16_portable(src + i, dst + i, n - i);
+}
+
+constexpr MicroKernels kAvx2 = {dot_tile_avx2,   outer_6x16_avx2,  fma_rows_avx2, pack_transposed_avx2,
+                                widen_bf16_avx2, narrow_bf16_avx2, "avx2+fma"};
+
+const MicroKernels* best_for_cpu() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+  return &kPortable;
+}
+
+std::atomic<const MicroKernels*> g_forced{nullptr};
+
+}  // namespace
+
+const MicroKernels& micro_kernels() {
+  static const MicroKernels* const best = best_for_cpu();
+  const MicroKernels* forced = g_forced.load(std::memory_order_relaxed);
+  return forced != nullptr ? *forced : *best;
+}
+
+void force_portable_kernels(bool portable) {
+  g_forced.store(portable ? &kPortable : nullptr, std::memory_order_relaxed);
+}
+
+}  // namespace grouplin::kernels

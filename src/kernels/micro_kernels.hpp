@@ -1,0 +1,71 @@
+// The innermost loops of the grouped GEMM kernels, selected once from the CPU's features:
+// AVX2+FMA versions where the CPU has them, portable loops elsewhere.
+//
+//   const MicroKernels& mk = micro_kernels();
+//   mk.dot_tile(4, 3, kc, x, ldx, w, ldw, c, ldc);     // c[i][j] += x_i · w_j over kc
+//   mk.outer_6x16(kc, a_panel, 1, 6, b_panel, c, ldc, true);  // c[6][16] += A · B
+//
+// Each function computes an output element with the same operations in the same order wherever
+// the element lies in a tile, so the tiling never changes results. Both sets give results within
+// rounding of each other, but only one set runs in a process (force_portable_kernels switches,
+// for tests).
+#pragma once
+
+#include <cstdint>
+
+namespace grouplin::kernels {
+
+// Rows and columns of the outer-product micro-tile, and the dot tile's limits.
+inline constexpr int kOuterRows = 6;
+inline constexpr int kOuterCols = 16;
+inline constexpr int kDotRows = 4;
+inline constexpr int kDotCols = 3;
+
+struct MicroKernels {
+  // c[i * ldc + j] += sum over k < kc of a[i * lda + k] * b[j * ldb + k], for i < mr, j < nr.
+  // Each sum is formed in 8 partial sums (k mod 8, fused multiply-adds in k order), added
+  // pairwise in a fixed tree, then added to c once.
+  // Requires: 1 <= mr <= kDotRows, 1 <= nr <= kDotCols, kc >= 0.
+  void (*dot_tile)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float* c, int64_t ldc);
+
+  // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * bp[p * kOuterCols + j], for i < kOuterRows,
+  // j < kOuterCols, with A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1,
+  // a_step kOuterRows) or six rows of a matrix read in place (a_row = its ld, a_step 1). One
+  // chain of fused multiply-adds in p order, starting from c's value when `accumulate`, else
+  // from +0 (the same bits as from a zeroed c, so splitting kc into blocks gives the same bits).
+  // Requires: bp 32-byte aligned; c has room for the whole 6 x 16 tile.
+  void (*outer_6x16)(int64_t kc, const float* a, int64_t a_row, int64_t a_step, const float* bp,
+                     float* c, int64_t ldc, bool accumulate);
+
+  // c[r * ldc + j] += sum over p < depth of a[r * lda + p] * b[p * ldb + j], for r < rows,
+  // j < cols: the same chain of fused multiply-adds in p order as outer_6x16, without packing.
+  // For products with few rows (dgrad) or little depth (wgrad), where packing does not pay.
+  void (*fma_rows)(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, int64_t cols, float* c, int64_t ldc);
+
+  // Transposing pack: dst[p * width + i] = element (i, p) of the F32 or BF16 (bf16 = true)
+  // matrix at src with leading dimension ld, widened to F32, for i < rows, p < kc; zero for
+  // rows <= i < width. May write up to 8 floats past dst[kc * width - 1].
+  // Requires: 1 <= rows <= width, width == kOuterRows or kOuterCols.
+  void (*pack_transposed)(const void* src, bool bf16, int64_t ld, int rows, int64_t kc,
+                          float* dst, int width);
+
+  // dst[i] = the F32 value of the BF16 bits src[i] (exact), i < n.
+  void (*widen_bf16)(const uint16_t* src, float* dst, int64_t n);
+
+  // dst[i] = src[i] rounded to BF16, nearest even; NaN stays NaN (quiet, sign kept), exactly as
+  // grouplin::f32_to_bf16.
+  void (*narrow_bf16)(const float* src, uint16_t* dst, int64_t n);
+
+  const char* name;  // "avx2+fma" or "portable"
+};
+
+// The set for this CPU (or the portable one after force_portable_kernels(true)).
+const MicroKernels& micro_kernels();
+
+// Makes micro_kernels() return the portable set (true) or the CPU's best (false). For tests;
+// not thread-safe with running kernels.
+void force_portable_kernels(bool portable);
+
+}  // namespace grouplin::kernels

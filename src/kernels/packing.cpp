@@ -1,0 +1,130 @@
+#include "kernels/packing.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/micro_kernels.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+// Rows of W or x are often a page apart, where hardware prefetchers stop: pack_b_rows fetches
+// this many rows ahead.
+constexpr int64_t kPrefetchRows = 16;
+
+float widen(uint16_t half) {
+  const uint32_t bits = uint32_t{half} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+void load_f32(const MatrixRef& m, int64_t r, int64_t c, int64_t n, float* dst) {
+  const std::byte* src = element(m, r, c);
+  if (m.dtype == DType::F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    micro_kernels().widen_bf16(reinterpret_cast<const uint16_t*>(src), dst, n);
+  }
+}
+
+void store_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
+  std::byte* dst = element(m, r, c);
+  if (m.dtype == DType::F32) {
+    if (reinterpret_cast<const std::byte*>(src) != dst) {
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    }
+  } else {
+    micro_kernels().narrow_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+  }
+}
+
+void store_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
+  std::memset(element(m, r, c), 0, static_cast<size_t>(n) * dtype_size(m.dtype));
+}
+
+void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols, float* bp) {
+  const MicroKernels& mk = micro_kernels();
+  const int64_t full = cols / kOuterCols;
+  const int64_t rest = cols - full * kOuterCols;
+  const int64_t row_bytes = cols * static_cast<int64_t>(dtype_size(m.dtype));
+  for (int64_t p = 0; p < kc; ++p) {
+    if (p + kPrefetchRows < kc) {
+      const std::byte* ahead = element(m, r0 + p + kPrefetchRows, c0);
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
+    }
+    const std::byte* src = element(m, r0 + p, c0);
+    float* dst = bp + p * kOuterCols;
+    for (int64_t q = 0; q < full; ++q) {
+      float* panel_row = dst + q * kc * kOuterCols;
+      if (m.dtype == DType::F32) {
+        std::memcpy(panel_row, src + q * kOuterCols * 4, kOuterCols * sizeof(float));
+      } else {
+        mk.widen_bf16(reinterpret_cast<const uint16_t*>(src) + q * kOuterCols, panel_row,
+                      kOuterCols);
+      }
+    }
+    if (rest > 0) {
+      float* panel_row = dst + full * kc * kOuterCols;
+      load_f32(m, r0 + p, c0 + full * kOuterCols, rest, panel_row);
+      std::fill(panel_row + rest, panel_row + kOuterCols, 0.0f);
+    }
+  }
+}
+
+void pack_b_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
+                       float* bp) {
+  const MicroKernels& mk = micro_kernels();
+  for (int64_t q = 0; q * kOuterCols < cols; ++q) {
+    const int width = static_cast<int>(std::min<int64_t>(kOuterCols, cols - q * kOuterCols));
+    mk.pack_transposed(element(m, c0 + q * kOuterCols, k0), m.dtype == DType::BF16, m.ld, width,
+                       kc, bp + q * kc * kOuterCols, kOuterCols);
+  }
+}
+
+void pack_a_rows_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t kc,
+                    float* ap) {
+  const MicroKernels& mk = micro_kernels();
+  for (int64_t q = 0; q * kOuterRows < rows; ++q) {
+    const int h = static_cast<int>(std::min<int64_t>(kOuterRows, rows - q * kOuterRows));
+    mk.pack_transposed(element(m, r0 + q * kOuterRows, c0), m.dtype == DType::BF16, m.ld, h, kc,
+                       ap + q * kc * kOuterRows, kOuterRows);
+  }
+}
+
+void pack_a_cols_of(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows,
+                    float* ap) {
+  const int64_t row_bytes = m.ld * static_cast<int64_t>(dtype_size(m.dtype));
+  for (int64_t q = 0; q * kOuterRows < rows; ++q) {
+    const int64_t h = std::min<int64_t>(kOuterRows, rows - q * kOuterRows);
+    float* dst = ap + q * kc * kOuterRows;
+    const std::byte* src = element(m, r0, c0 + q * kOuterRows);
+    for (int64_t p = 0; p < kc; ++p, src += row_bytes, dst += kOuterRows) {
+      if (m.dtype == DType::F32) {
+        const auto* f = reinterpret_cast<const float*>(src);
+        for (int64_t i = 0; i < h; ++i) dst[i] = f[i];
+      } else {
+        const auto* half = reinterpret_cast<const uint16_t*>(src);
+        for (int64_t i = 0; i < h; ++i) dst[i] = widen(half[i]);
+      }
+      for (int64_t i = h; i < kOuterRows; ++i) dst[i] = 0.0f;
+    }
+  }
+}
+
+void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows, float* a) {
+  for (int64_t p = 0; p < kc; ++p) {
+    const std::byte* src = element(m, r0 + p, c0);
+    if (m.dtype == DType::F32) {
+      const auto* f = reinterpret_cast<const float*>(src);
+      for (int64_t i = 0; i < rows; ++i) a[i * kc + p] = f[i];
+    } else {
+      const auto* half = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < rows; ++i) a[i * kc + p] = widen(half[i]);
+    }
+  }
+}
+
+}  // namespace grouplin::kernels

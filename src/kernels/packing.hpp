@@ -1,0 +1,64 @@
+// Moving operands between their F32 or BF16 matrices and the F32 layouts the micro-kernels read:
+// row loads and stores (widening and rounding), and the panel packs of the outer-product tiles.
+//
+//   MatrixRef w{weight.data(), weight.dtype(), in_features};
+//   pack_b_transposed(w, k0, kc, col0, cols, b_panels);   // W rows as 16-column panels
+//   pack_a_rows_of(x, row0, rows, k0, kc, a_panels);      // x rows as 6-row panels
+//
+// A-panels hold kOuterRows rows as kc groups of 6 floats (panel q: rows 6q..6q+5); B-panels
+// hold kOuterCols columns as kc rows of 16 floats (panel q: columns 16q..16q+15). Rows or columns
+// past the end are zero. Nothing here allocates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "grouplin/dtype.hpp"
+#include "kernels/micro_kernels.hpp"
+
+namespace grouplin::kernels {
+
+// A row-major F32 or BF16 matrix: element (r, c) at data + (r * ld + c) * dtype_size(dtype).
+struct MatrixRef {
+  const std::byte* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t ld = 0;
+};
+
+struct MutableMatrixRef {
+  std::byte* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t ld = 0;
+};
+
+inline const std::byte* element(const MatrixRef& m, int64_t r, int64_t c) {
+  return m.data + (r * m.ld + c) * static_cast<int64_t>(dtype_size(m.dtype));
+}
+inline std::byte* element(const MutableMatrixRef& m, int64_t r, int64_t c) {
+  return m.data + (r * m.ld + c) * static_cast<int64_t>(dtype_size(m.dtype));
+}
+
+// dst[0, n) = row r, columns [c, c + n) of m, as F32 (exact).
+void load_f32(const MatrixRef& m, int64_t r, int64_t c, int64_t n, float* dst);
+// Row r, columns [c, c + n) of m = src (BF16: rounded to nearest even).
+void store_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c);
+// Row r, columns [c, c + n) of m = +0.
+void store_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c);
+
+// B(p, j) = m(r0 + p, c0 + j): rows of m (dgrad's W, wgrad's x) as B-panels.
+void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols, float* bp);
+// B(p, j) = m(c0 + j, k0 + p): rows of m transposed (forward's W) as B-panels.
+void pack_b_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
+                       float* bp);
+// A(i, p) = m(r0 + i, c0 + p): rows of m (forward's x, dgrad's dy) as A-panels. Writes up to
+// 8 floats of slack past the last panel.
+void pack_a_rows_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t kc,
+                    float* ap);
+// A(i, p) = m(r0 + p, c0 + i): columns of m (wgrad's dy) as A-panels.
+void pack_a_cols_of(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows,
+                    float* ap);
+// a[i * kc + p] = m(r0 + p, c0 + i), i < rows, p < kc: columns of m as plain F32 rows (the
+// unpacked wgrad path).
+void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows, float* a);
+
+}  // namespace grouplin::kernels

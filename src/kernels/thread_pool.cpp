@@ -1,0 +1,178 @@
+#include "kernels/thread_pool.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grouplin/error.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+constexpr int kMaxThreads = 256;
+constexpr const char* kThreadsEnv = "GROUPLIN_NUM_THREADS";
+
+std::atomic<int> g_threads{0};  // 0: not chosen yet
+
+// One run of run_tasks: the task function and the shared task counter.
+struct Run {
+  const std::function<void(size_t, int)>* fn = nullptr;
+  size_t count = 0;
+  int workers = 0;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  void work(int worker) {
+    for (;;) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      const size_t task = next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= count) return;
+      try {
+        (*fn)(task, worker);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        failed.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+};
+
+// Helpers sleep on `state_` (through std::atomic::wait, a futex) and wake when a run starts. The
+// state packs a run counter with the run's worker count, so a helper reads both at once: a helper
+// whose index is below the worker count is part of that run, which cannot finish without it, so
+// `run_` still points at it. The caller sleeps on `pending_` until every helper of the run is done.
+class Pool {
+ public:
+  ~Pool() {
+    stopping_.store(true);
+    state_.fetch_add(kOneRun);
+    state_.notify_all();
+    for (std::thread& t : helpers_) t.join();
+  }
+
+  // False when another run holds the pool.
+  bool try_acquire() { return !busy_.exchange(true, std::memory_order_acquire); }
+  void release() { busy_.store(false, std::memory_order_release); }
+
+  // Runs `run` on the caller and run.workers - 1 helpers. Requires: the pool is acquired,
+  // 2 <= run.workers <= kMaxThreads.
+  void execute(Run& run) {
+    while (static_cast<int>(helpers_.size()) < run.workers - 1) {
+      // The helper starts from the state before this run, so it cannot miss the run's start.
+      const int index = static_cast<int>(helpers_.size()) + 1;
+      const uint64_t before = state_.load(std::memory_order_relaxed);
+      helpers_.emplace_back([this, index, before] { helper_loop(index, before); });
+    }
+    run_ = &run;
+    pending_.store(run.workers - 1, std::memory_order_relaxed);
+    const uint64_t runs = state_.load(std::memory_order_relaxed) / kOneRun + 1;
+    state_.store(runs * kOneRun + static_cast<uint64_t>(run.workers), std::memory_order_release);
+    state_.notify_all();
+    run.work(0);
+    for (int left = pending_.load(std::memory_order_acquire); left != 0;
+         left = pending_.load(std::memory_order_acquire)) {
+      pending_.wait(left, std::memory_order_acquire);
+    }
+  }
+
+ private:
+  static constexpr uint64_t kOneRun = uint64_t{1} << 16;  // low 16 bits: the run's worker count
+
+  void helper_loop(int index, uint64_t seen) {
+    for (;;) {
+      state_.wait(seen, std::memory_order_acquire);
+      seen = state_.load(std::memory_order_acquire);
+      if (stopping_.load()) return;
+      if (index >= static_cast<int>(seen % kOneRun)) continue;  // not part of this run
+      run_->work(index);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> helpers_;
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> pending_{0};
+  Run* run_ = nullptr;  // written before state_ is stored (release), read after (acquire)
+};
+
+Pool& pool() {
+  static Pool instance;
+  return instance;
+}
+
+}  // namespace
+
+int threads_from_environment(const char* value) {
+  if (value == nullptr) {
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
+  }
+  const std::string v(value);
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  const bool digits_only = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits_only || end != v.c_str() + v.size() || n < 1 || n > kMaxThreads) {
+    throw Error(ErrorCode::InvalidEnvironment, std::string("environment variable ") + kThreadsEnv +
+                                                   "=\"" + v + "\": expected an integer 1.." +
+                                                   std::to_string(kMaxThreads));
+  }
+  return static_cast<int>(n);
+}
+
+int num_threads() {
+  int n = g_threads.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = threads_from_environment(std::getenv(kThreadsEnv));
+    int expected = 0;
+    if (!g_threads.compare_exchange_strong(expected, n)) n = expected;
+  }
+  return n;
+}
+
+void set_num_threads(int n) {
+  if (n < 1 || n > kMaxThreads) {
+    throw Error(ErrorCode::InvalidArgument, "kernels::set_num_threads: " + std::to_string(n) +
+                                                " threads, expected 1.." +
+                                                std::to_string(kMaxThreads));
+  }
+  g_threads.store(n);
+}
+
+int workers_for(size_t count) {
+  const auto n = static_cast<size_t>(num_threads());
+  return static_cast<int>(std::max<size_t>(1, std::min(count, n)));
+}
+
+void run_tasks(size_t count, int workers, const std::function<void(size_t, int)>& fn) {
+  if (count == 0) return;
+  Run run;
+  run.fn = &fn;
+  run.count = count;
+  run.workers = std::max(1, workers);
+  Pool& p = pool();
+  if (run.workers == 1 || !p.try_acquire()) {
+    run.workers = 1;
+    run.work(0);
+  } else {
+    try {
+      p.execute(run);
+    } catch (...) {  // only thread creation can throw here, before any task ran on a helper
+      p.release();
+      throw;
+    }
+    p.release();
+  }
+  if (run.error) std::rethrow_exception(run.error);
+}
+
+}  // namespace grouplin::kernels

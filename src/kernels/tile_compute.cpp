@@ -1,0 +1,412 @@
+#include "kernels/tile_compute.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <cstdlib>
+
+#include "kernels/micro_kernels.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+constexpr int64_t kAlignFloats = 16;  // 64 bytes
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// One worker's scratch for a tile of rows x cols, in 64-byte aligned pieces:
+//   row  one row of floats (bias, or the old gradient when accumulating)
+//   c    the F32 result tile, when it cannot accumulate in place (ldc = cols rounded to 16)
+//   a    packed A-panels, or widened rows of x / dy for the unpacked paths
+//   b    packed B-panels, or widened rows of W / x for the unpacked paths
+struct Scratch {
+  float* row;
+  float* c;
+  float* a;
+  float* b;
+  int64_t ldc;
+};
+
+struct ScratchSizes {
+  int64_t row, c, a, b;
+  int64_t total() const { return row + c + a + b; }
+};
+
+ScratchSizes sizes_for(int64_t rows, int64_t cols) {
+  const int64_t padded_cols = round_up(cols, kOuterCols);
+  ScratchSizes s;
+  s.row = round_up(cols, kAlignFloats);
+  s.c = round_up(std::max(round_up(rows, kOuterRows) * padded_cols,
+                          round_up(cols, kOuterRows) * round_up(rows, kOuterCols)),
+                 kAlignFloats);
+  // + kAlignFloats: pack_transposed's slack.
+  s.a = round_up(std::max({kOuterBlockRows * kOuterDepth, rows * kDotDepth, rows * kOuterDepth}) +
+                     kAlignFloats,
+                 kAlignFloats);
+  s.b = round_up(std::max(std::max(padded_cols, round_up(rows, kOuterCols)) * kOuterDepth,
+                          kDotCols * kDotDepth),
+                 kAlignFloats);
+  return s;
+}
+
+Scratch split(const Tile& t, float* base) {
+  const ScratchSizes s = sizes_for(t.rows, t.cols);
+  return {base, base + s.row, base + s.row + s.c, base + s.row + s.c + s.a,
+          round_up(t.cols, kOuterCols)};
+}
+
+// Where a tile's F32 sums accumulate: in place in an F32 output, else in the scratch tile.
+struct Accumulator {
+  float* c;
+  int64_t ldc;
+  bool in_place;
+};
+
+// zero: whether the path needs zeros to add to (the packed path starts its chains from +0 itself,
+// which gives the same bits without writing the tile twice).
+Accumulator accumulator_for(const MutableMatrixRef& out, int64_t row0, int64_t col0,
+                            bool in_place_allowed, bool zero, const Tile& t, const Scratch& s) {
+  Accumulator acc{s.c, s.ldc, false};
+  if (in_place_allowed && out.dtype == DType::F32) {
+    acc = {reinterpret_cast<float*>(element(out, row0, col0)), out.ld, true};
+  }
+  if (zero) {
+    for (int64_t r = 0; r < t.rows; ++r) std::fill_n(acc.c + r * acc.ldc, t.cols, 0.0f);
+  }
+  return acc;
+}
+
+// The bytes the next depth block will pack: `rows` rows of `row_bytes`, `stride` bytes apart.
+struct Region {
+  const std::byte* base = nullptr;
+  int64_t stride = 0;
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+};
+
+// Prefetches a region into L2 a few cache lines at a time, spread over the micro-kernel calls of
+// the current block, so that the weights stream in while the current block computes instead of
+// stalling the next pack.
+class Prefetcher {
+ public:
+  Prefetcher(const Region& r, int64_t calls) : r_(r) {
+    static const int mode = getenv("GL_PF") ? atoi(getenv("GL_PF")) : 2;
+    hint_ = mode;
+    if (mode < 0) r_.rows = 0;
+    lines_per_row_ = (r.row_bytes + 63) / 64;
+    total_ = r.rows * lines_per_row_;
+    per_call_ = calls > 0 ? (total_ + calls - 1) / calls : total_;
+  }
+  void step() {
+    for (int64_t n = 0; n < per_call_ && next_ < total_; ++n, ++next_) {
+      const int64_t row = next_ / lines_per_row_, line = next_ % lines_per_row_;
+      if (hint_ == 3) __builtin_prefetch(r_.base + row * r_.stride + line * 64, 0, 3);
+      else if (hint_ == 1) __builtin_prefetch(r_.base + row * r_.stride + line * 64, 0, 1);
+      else if (hint_ == 0) __builtin_prefetch(r_.base + row * r_.stride + line * 64, 0, 0);
+      else __builtin_prefetch(r_.base + row * r_.stride + line * 64, 0, 2);
+    }
+  }
+
+ private:
+  Region r_;
+  int hint_ = 2;
+  int64_t lines_per_row_ = 0, total_ = 0, per_call_ = 0, next_ = 0;
+};
+
+Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  const auto elem = static_cast<int64_t>(dtype_size(m.dtype));
+  return {element(m, r0, c0), m.ld * elem, rows, cols * elem};
+}
+
+// c[rows x cols] (ldc) += A-panels · B-panels over kc. Micro-tiles that stick out of the tile
+// run on a zero-padded local copy, so nothing outside the tile is touched (the output may be
+// the caller's tensor, with other threads writing next to it).
+void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const float* bp,
+                 float* c, int64_t ldc, bool accumulate, Prefetcher& prefetch) {
+  const MicroKernels& mk = micro_kernels();
+  for (int64_t j = 0; j < cols; j += kOuterCols) {
+    for (int64_t i = 0; i < rows; i += kOuterRows) {
+      const float* a = ap + i * kc;
+      const float* b = bp + j * kc;
+      prefetch.step();
+      if (i + kOuterRows <= rows && j + kOuterCols <= cols) {
+        mk.outer_6x16(kc, a, 1, kOuterRows, b, c + i * ldc + j, ldc, accumulate);
+        continue;
+      }
+      const int64_t h = std::min<int64_t>(kOuterRows, rows - i);
+      const int64_t w = std::min<int64_t>(kOuterCols, cols - j);
+      alignas(32) float local[kOuterRows * kOuterCols] = {};
+      if (accumulate) {
+        for (int64_t r = 0; r < h; ++r) std::copy_n(c + (i + r) * ldc + j, w, local + r * kOuterCols);
+      }
+      mk.outer_6x16(kc, a, 1, kOuterRows, b, local, kOuterCols, accumulate);
+      for (int64_t r = 0; r < h; ++r) std::copy_n(local + r * kOuterCols, w, c + (i + r) * ldc + j);
+    }
+  }
+}
+
+// The packed path shared by forward, dgrad and wgrad: c[rows x cols] = A · B over `depth`, in
+// blocks of kOuterDepth; each block packs B once (pack_b(p0, kc, b)) and A in pieces of
+// kOuterBlockRows rows (pack_a(i0, rows, p0, kc, a)), while prefetching what the next block's
+// pack_b will read (b_source(p0, kc)).
+// During the last block it prefetches `after`, the next tile's first block.
+template <class PackA, class PackB, class SourceB>
+void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t ldc,
+                   const Scratch& s, const PackA& pack_a, const PackB& pack_b,
+                   const SourceB& b_source, const Region& after) {
+  const int64_t calls = ((rows + kOuterRows - 1) / kOuterRows) * ((cols + kOuterCols - 1) / kOuterCols);
+  for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
+    const int64_t kc = std::min(kOuterDepth, depth - p0);
+    const int64_t next = p0 + kc;
+    Prefetcher prefetch(next < depth ? b_source(next, std::min(kOuterDepth, depth - next)) : after,
+                        calls);
+    pack_b(p0, kc, s.b);
+    for (int64_t i0 = 0; i0 < rows; i0 += kOuterBlockRows) {
+      const int64_t mc = std::min(kOuterBlockRows, rows - i0);
+      pack_a(i0, mc, p0, kc, s.a);
+      outer_tiles(mc, cols, kc, s.a, s.b, c + i0 * ldc, ldc, p0 > 0, prefetch);
+    }
+  }
+}
+
+// For each K block: x rows (widened once per block if BF16) against 3 W rows at a time (widened
+// once per block if BF16), 4 x 3 dot tiles into c.
+void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, float* c,
+                 int64_t ldc, const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
+  const int64_t in = args.in_features;
+  for (int64_t k0 = 0; k0 < in; k0 += kDotDepth) {
+    const int64_t kc = std::min(kDotDepth, in - k0);
+    const float* xp = reinterpret_cast<const float*>(element(args.x, t.row0, k0));
+    int64_t ldx = args.x.ld;
+    if (args.x.dtype != DType::F32) {
+      for (int64_t r = 0; r < t.rows; ++r) load_f32(args.x, t.row0 + r, k0, kc, s.a + r * kc);
+      xp = s.a;
+      ldx = kc;
+    }
+    for (int64_t j = 0; j < t.cols; j += kDotCols) {
+      const int nr = static_cast<int>(std::min<int64_t>(kDotCols, t.cols - j));
+      const float* wp = reinterpret_cast<const float*>(element(w, t.col0 + j, k0));
+      int64_t ldw = w.ld;
+      if (w.dtype != DType::F32) {
+        for (int q = 0; q < nr; ++q) load_f32(w, t.col0 + j + q, k0, kc, s.b + q * kc);
+        wp = s.b;
+        ldw = kc;
+      }
+      for (int64_t i = 0; i < t.rows; i += kDotRows) {
+        const int mr = static_cast<int>(std::min<int64_t>(kDotRows, t.rows - i));
+        mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, wp, ldw, c + i * ldc + j, ldc);
+      }
+    }
+  }
+}
+
+// Forward with the roles turned: ct = W_slice · x_rowsᵀ, the weights read in place as the
+// broadcast operand (no packing: each weight is used by only a few rows, so packing would cost a
+// large share of the product) and x packed as B-panels once per depth block. fma(w, x, acc)
+// equals fma(x, w, acc), so this gives the bits of the packed path. ct is [cols][rows] with
+// ldct = rows rounded up to 16.
+void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+                         const Region& after, float* ct, int64_t ldct, const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
+  const int64_t in = args.in_features;
+  const int64_t calls = ((t.cols + kOuterRows - 1) / kOuterRows) * (ldct / kOuterCols);
+  for (int64_t k0 = 0; k0 < in; k0 += kBroadcastDepth) {
+    const int64_t kc = std::min(kBroadcastDepth, in - k0);
+    const int64_t next = k0 + kc;
+    Prefetcher prefetch(next < in ? region_of(w, t.col0, t.cols, next, std::min(kBroadcastDepth, in - next)) : after,
+                        calls);
+    pack_b_transposed(args.x, k0, kc, t.row0, t.rows, s.b);
+    for (int64_t n = 0; n < t.cols; n += kOuterRows) {
+      const int64_t h = std::min<int64_t>(kOuterRows, t.cols - n);
+      const float* a = reinterpret_cast<const float*>(element(w, t.col0 + n, k0));
+      int64_t lda = w.ld;
+      if (w.dtype != DType::F32 || h < kOuterRows) {
+        for (int64_t i = 0; i < h; ++i) load_f32(w, t.col0 + n + i, k0, kc, s.a + i * kc);
+        std::fill(s.a + h * kc, s.a + kOuterRows * kc, 0.0f);
+        a = s.a;
+        lda = kc;
+      }
+      for (int64_t q = 0; q < ldct; q += kOuterCols) {
+        prefetch.step();
+        mk.outer_6x16(kc, a, lda, 1, s.b + q * kc, ct + n * ldct + q, ldct, k0 > 0);
+      }
+    }
+  }
+}
+
+// The rows of a scratch result into the output (rounded for BF16); in place, nothing to do.
+void store_rows(const Accumulator& acc, const Tile& t, const MutableMatrixRef& out, int64_t row0,
+                int64_t col0) {
+  if (acc.in_place) return;
+  for (int64_t r = 0; r < t.rows; ++r) store_f32(acc.c + r * acc.ldc, t.cols, out, row0 + r, col0);
+}
+
+// What each operation's tile streams first, for prefetching it from the tile before.
+Region forward_first(const ForwardArgs& args, const Tile* t) {
+  if (t == nullptr) return {};
+  const int64_t depth = args.expert_rows[static_cast<size_t>(t->expert)] <= kDotMaxRows ? kDotDepth : kOuterDepth;
+  return region_of(args.weights[static_cast<size_t>(t->expert)], t->col0, t->cols, 0,
+                   std::min(depth, args.in_features));
+}
+Region dgrad_first(const DgradArgs& args, const Tile* t) {
+  if (t == nullptr) return {};
+  return region_of(args.weights[static_cast<size_t>(t->expert)], 0,
+                   std::min(kOuterDepth, args.out_features), t->col0, t->cols);
+}
+Region wgrad_first(const WgradArgs& args, const Tile* t) {
+  if (t == nullptr || t->depth == 0) return {};
+  return region_of(args.x, args.first_row[static_cast<size_t>(t->expert)],
+                   std::min(kOuterDepth, t->depth), t->col0, t->cols);
+}
+
+}  // namespace
+
+size_t scratch_floats(const TilePlan& plan) {
+  return static_cast<size_t>(sizes_for(plan.max_rows, plan.max_cols).total());
+}
+
+void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, float* scratch) {
+  const auto e = static_cast<size_t>(t.expert);
+  const MatrixRef& w = args.weights[e];
+  const Scratch s = split(t, scratch);
+  const int64_t m = args.expert_rows[e];
+  if (m > kDotMaxRows && m <= kBroadcastMaxRows) {
+    // ct[n][r] in scratch, transposed into y with the bias.
+    const int64_t ldct = round_up(t.rows, kOuterCols);
+    forward_broadcast_w(args, w, t, forward_first(args, next), s.c, ldct, s);
+    float* bias = s.a;  // free again
+    if (!args.biases.empty()) load_f32(args.biases[e], 0, t.col0, t.cols, bias);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      for (int64_t n = 0; n < t.cols; ++n) s.row[n] = s.c[n * ldct + r];
+      if (!args.biases.empty()) {
+        for (int64_t n = 0; n < t.cols; ++n) s.row[n] += bias[n];
+      }
+      store_f32(s.row, t.cols, args.y, t.row0 + r, t.col0);
+    }
+    return;
+  }
+  const bool dot = m <= kDotMaxRows;
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, true, dot, t, s);
+  if (dot) {
+    forward_dot(args, w, t, acc.c, acc.ldc, s);
+  } else {
+    outer_product(
+        t.rows, t.cols, args.in_features, acc.c, acc.ldc, s,
+        [&](int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* a) {
+          pack_a_rows_of(args.x, t.row0 + i0, rows, k0, kc, a);
+        },
+        [&](int64_t k0, int64_t kc, float* b) { pack_b_transposed(w, k0, kc, t.col0, t.cols, b); },
+        [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
+        forward_first(args, next));
+  }
+  if (!args.biases.empty()) {
+    load_f32(args.biases[e], 0, t.col0, t.cols, s.row);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      float* c = acc.c + r * acc.ldc;
+      for (int64_t j = 0; j < t.cols; ++j) c[j] += s.row[j];
+    }
+  }
+  store_rows(acc, t, args.y, t.row0, t.col0);
+}
+
+// Few rows: W streams once through fma_rows, unpacked (packing would cost as much as the
+// product). Otherwise packed panels and 6 x 16 outer-product tiles. Same bits either way.
+void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
+  const MatrixRef& w = args.weights[static_cast<size_t>(t.expert)];
+  const Scratch s = split(t, scratch);
+  const bool direct = t.rows <= kDirectMaxRows;
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, direct, t, s);
+  if (direct) {
+    const MicroKernels& mk = micro_kernels();
+    for (int64_t p0 = 0; p0 < args.out_features; p0 += kOuterDepth) {
+      const int64_t kc = std::min(kOuterDepth, args.out_features - p0);
+      const float* a = reinterpret_cast<const float*>(element(args.dy, t.row0, p0));
+      int64_t lda = args.dy.ld;
+      if (args.dy.dtype != DType::F32) {
+        for (int64_t r = 0; r < t.rows; ++r) load_f32(args.dy, t.row0 + r, p0, kc, s.a + r * kc);
+        a = s.a;
+        lda = kc;
+      }
+      const float* b = reinterpret_cast<const float*>(element(w, p0, t.col0));
+      int64_t ldb = w.ld;
+      if (w.dtype != DType::F32) {
+        for (int64_t p = 0; p < kc; ++p) load_f32(w, p0 + p, t.col0, t.cols, s.b + p * t.cols);
+        b = s.b;
+        ldb = t.cols;
+      }
+      mk.fma_rows(t.rows, kc, a, lda, b, ldb, t.cols, acc.c, acc.ldc);
+    }
+  } else {
+    outer_product(
+        t.rows, t.cols, args.out_features, acc.c, acc.ldc, s,
+        [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
+          pack_a_rows_of(args.dy, t.row0 + i0, rows, p0, kc, a);
+        },
+        [&](int64_t p0, int64_t kc, float* b) { pack_b_rows(w, p0, kc, t.col0, t.cols, b); },
+        [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
+        dgrad_first(args, next));
+  }
+  store_rows(acc, t, args.dx, t.row0, t.col0);
+}
+
+// Depth 0 (an expert without rows): zeros. Little depth: fma_rows straight from x. Otherwise
+// packed panels and outer-product tiles. Same bits either way.
+void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
+  const auto e = static_cast<size_t>(t.expert);
+  const MutableMatrixRef& g = args.wgrads[e];
+  if (t.depth == 0 && !args.accumulate) {
+    for (int64_t r = 0; r < t.rows; ++r) store_zeros(t.cols, g, t.row0 + r, t.col0);
+    return;
+  }
+  const int64_t first = args.first_row[e];
+  const Scratch s = split(t, scratch);
+  const bool direct = t.depth <= kDirectMaxDepth;
+  const Accumulator acc = accumulator_for(g, t.row0, t.col0, !args.accumulate, direct, t, s);
+  if (direct) {
+    gather_cols(args.dy, first, t.depth, t.row0, t.rows, s.a);
+    const float* b = reinterpret_cast<const float*>(element(args.x, first, t.col0));
+    int64_t ldb = args.x.ld;
+    if (args.x.dtype != DType::F32) {
+      for (int64_t p = 0; p < t.depth; ++p) load_f32(args.x, first + p, t.col0, t.cols, s.b + p * t.cols);
+      b = s.b;
+      ldb = t.cols;
+    }
+    micro_kernels().fma_rows(t.rows, t.depth, s.a, t.depth, b, ldb, t.cols, acc.c, acc.ldc);
+  } else {
+    outer_product(
+        t.rows, t.cols, t.depth, acc.c, acc.ldc, s,
+        [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
+          pack_a_cols_of(args.dy, first + p0, kc, t.row0 + i0, rows, a);
+        },
+        [&](int64_t p0, int64_t kc, float* b) { pack_b_rows(args.x, first + p0, kc, t.col0, t.cols, b); },
+        [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
+        wgrad_first(args, next));
+  }
+  if (args.accumulate) {
+    for (int64_t r = 0; r < t.rows; ++r) {
+      float* c = acc.c + r * acc.ldc;
+      load_f32(MatrixRef{g.data, g.dtype, g.ld}, t.row0 + r, t.col0, t.cols, s.row);
+      for (int64_t j = 0; j < t.cols; ++j) c[j] = s.row[j] + c[j];
+    }
+  }
+  store_rows(acc, t, g, t.row0, t.col0);
+}
+
+void bgrad_tile(const BgradArgs& args, const Tile& t, float* scratch) {
+  const auto e = static_cast<size_t>(t.expert);
+  float* sums = scratch;
+  float* row = scratch + round_up(t.cols, kAlignFloats);
+  std::fill(sums, sums + t.cols, 0.0f);
+  for (int64_t r = 0; r < t.depth; ++r) {
+    const float* v = row;
+    if (args.dy.dtype == DType::F32) {
+      v = reinterpret_cast<const float*>(element(args.dy, args.first_row[e] + r, t.col0));
+    } else {
+      load_f32(args.dy, args.first_row[e] + r, t.col0, t.cols, row);
+    }
+    for (int64_t j = 0; j < t.cols; ++j) sums[j] += v[j];
+  }
+  store_f32(sums, t.cols, args.bgrads[e], 0, t.col0);
+}
+
+}  // namespace grouplin::kernels

@@ -1,0 +1,93 @@
+// Computing one tile of a grouped GEMM: the loops between a planned Tile (gemm_plan.hpp) and the
+// micro-kernels (micro_kernels.hpp). No allocation: every function works in scratch that
+// scratch_floats sized for the plan.
+//
+//   TilePlan plan = plan_tiles(blocks);
+//   const size_t per_worker = scratch_floats(plan);
+//   ... forward_tile(args, plan.tiles[i], &plan.tiles[j], scratch + worker * per_worker);
+//
+// Operands are F32 or BF16 matrices; arithmetic is F32. Each output element is computed in one
+// tile, by one chain of operations whose order is fixed by the shapes alone (see
+// micro_kernels.hpp), and BF16 results are rounded once, at the end. F32 results accumulate in
+// place in the output; BF16 results (and accumulated gradients) in F32 scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/gemm_plan.hpp"
+#include "kernels/packing.hpp"
+
+namespace grouplin::kernels {
+
+// Tuning constants; the measurements behind them are in docs/PERFORMANCE.md.
+// kDotDepth: K per pass of the forward dot tiles (4 rows of x and 3 of W, 7 x 2 KiB, in L1).
+inline constexpr int64_t kDotDepth = 512;
+// kOuterDepth: depth of one packed block (a 16-column B-panel of 16 KiB stays in L1);
+// kOuterBlockRows: rows of A packed at once (96 x 256 floats, 96 KiB, in L2 next to the B block).
+inline constexpr int64_t kOuterDepth = 256;
+inline constexpr int64_t kOuterBlockRows = 96;
+// Forward: experts with at most kDotMaxRows rows run dot tiles straight from x and W (weights
+// streamed once, unpacked: the memory-bound case); larger ones pack W transposed into panels and
+// run outer-product tiles. The two sum in different orders, so how a row is computed depends on
+// its expert's row count (a function of m_splits, never of threads or timing).
+inline constexpr int64_t kDotMaxRows = 16;
+// Forward: experts with more rows, up to kBroadcastMaxRows, read W in place as the broadcast
+// operand of the outer-product tiles instead of packing it (same bits as the packed path).
+inline constexpr int64_t kBroadcastMaxRows = 96;
+inline constexpr int64_t kBroadcastDepth = 128;
+// dgrad tiles of at most kDirectMaxRows rows and wgrad tiles of depth at most kDirectMaxDepth
+// skip packing and run fma_rows straight from the operands (same bits as the packed path).
+inline constexpr int64_t kDirectMaxRows = 4;
+inline constexpr int64_t kDirectMaxDepth = 4;
+
+// Floats of scratch one worker needs for any tile of `plan`.
+size_t scratch_floats(const TilePlan& plan);
+
+// Each *_tile function computes `tile` in `scratch`; `next`, when not null, is the tile the
+// same worker computes next: its first weights (or rows of x) are prefetched during the last
+// block of this one, so that streaming them overlaps with computing.
+
+// y = x · W_eᵀ (+ b_e): tile rows are rows of x and y, columns output features.
+struct ForwardArgs {
+  MatrixRef x;                       // [T, in]
+  std::vector<MatrixRef> weights;    // per expert [out, in]
+  std::vector<MatrixRef> biases;     // per expert [1, out], or empty
+  std::vector<int64_t> expert_rows;  // m_splits
+  MutableMatrixRef y;                // [T, out]
+  int64_t in_features = 0;
+};
+void forward_tile(const ForwardArgs& args, const Tile& tile, const Tile* next, float* scratch);
+
+// dx = dy · W_e: tile rows are rows of dy and dx, columns input features.
+struct DgradArgs {
+  MatrixRef dy;                      // [T, out]
+  std::vector<MatrixRef> weights;    // per expert [out, in]
+  MutableMatrixRef dx;               // [T, in]
+  int64_t out_features = 0;
+};
+void dgrad_tile(const DgradArgs& args, const Tile& tile, const Tile* next, float* scratch);
+
+// dW_e = dy_eᵀ · x_e, written, or with accumulate added to the existing values in one F32
+// addition per element. Tile rows are output features, columns input features, depth the
+// expert's rows from first_row[expert]. A tile of depth 0 writes zeros.
+struct WgradArgs {
+  MatrixRef x;                               // [T, in]
+  MatrixRef dy;                              // [T, out]
+  std::vector<int64_t> first_row;            // per expert: its first row of x and dy
+  std::vector<MutableMatrixRef> wgrads;      // per expert [out, in]
+  bool accumulate = false;
+};
+void wgrad_tile(const WgradArgs& args, const Tile& tile, const Tile* next, float* scratch);
+
+// db_e = column sums of dy_e in row order: the tile is columns of b_e (one row), its depth the
+// expert's rows from first_row[expert] (0: zeros).
+struct BgradArgs {
+  MatrixRef dy;
+  std::vector<int64_t> first_row;
+  std::vector<MutableMatrixRef> bgrads;      // per expert [1, out]
+};
+void bgrad_tile(const BgradArgs& args, const Tile& tile, float* scratch);
+
+}  // namespace grouplin::kernels

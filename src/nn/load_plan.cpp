@@ -1,0 +1,124 @@
+#include <algorithm>
+#include <set>
+
+#include "grouplin/error.hpp"
+#include "grouplin/load_state_dict.hpp"
+
+namespace grouplin {
+
+void LoadPlan::claim(const std::string& key) { claimed_.push_back(key); }
+
+bool LoadPlan::claimed(const std::string& key) const {
+  return std::find(claimed_.begin(), claimed_.end(), key) != claimed_.end();
+}
+
+void LoadPlan::add_missing(const std::string& key) { report_.missing.push_back(key); }
+
+void LoadPlan::add_problem(ErrorCode code, std::string message) {
+  problems_.emplace_back(code, std::move(message));
+}
+
+bool LoadPlan::check_compatible(const std::string& key, const Tensor& src, const Tensor& dst) {
+  if (src.shape() != dst.shape()) {
+    add_problem(ErrorCode::ShapeMismatch, "\"" + key + "\": shape " + shape_to_string(src.shape()) +
+                                              ", expected " + shape_to_string(dst.shape()));
+    return false;
+  }
+  if (src.dtype() != dst.dtype() && !(is_float(src.dtype()) && is_float(dst.dtype()))) {
+    add_problem(ErrorCode::UnsupportedConversion,
+                "\"" + key + "\": dtype " + std::string(dtype_name(src.dtype())) +
+                    " cannot be converted to " + std::string(dtype_name(dst.dtype())));
+    return false;
+  }
+  return true;
+}
+
+namespace {
+Tensor target_of(const Module& m, size_t index, int64_t expert) {
+  const Tensor& t = m.parameters()[index].value;
+  return expert >= 0 ? t.select(expert) : t;
+}
+}  // namespace
+
+bool LoadPlan::plan_copy(const std::string& key, const Tensor& src, Module& module,
+                         size_t param_index, int64_t expert) {
+  if (!check_compatible(key, src, target_of(module, param_index, expert))) return false;
+  writes_.push_back({key, src, &module, param_index, expert, false, false});
+  return true;
+}
+
+bool LoadPlan::plan_buffer_copy(const std::string& key, const Tensor& src, Module& module,
+                                size_t buffer_index) {
+  if (!check_compatible(key, src, module.buffers()[buffer_index].second)) return false;
+  writes_.push_back({key, src, &module, buffer_index, -1, true, false});
+  return true;
+}
+
+bool LoadPlan::plan_adopt(const std::string& key, const Tensor& src, Module& module,
+                          size_t param_index) {
+  const Tensor& dst = module.parameters()[param_index].value;
+  if (!check_compatible(key, src, dst)) return false;
+  if (src.dtype() != dst.dtype()) {
+    return plan_copy(key, src, module, param_index);
+  }
+  writes_.push_back({key, src, &module, param_index, -1, false, true});
+  return true;
+}
+
+LoadReport LoadPlan::execute(const StateDict& source) {
+  std::set<std::string> claimed(claimed_.begin(), claimed_.end());
+  for (const auto& [key, t] : source) {
+    if (claimed.count(key) == 0) report_.unexpected.push_back(key);
+  }
+  std::vector<std::pair<ErrorCode, std::string>> all = problems_;
+  if (options_.strict) {
+    for (const auto& k : report_.missing)
+      all.emplace_back(ErrorCode::MissingKey, "missing key \"" + k + "\"");
+    for (const auto& k : report_.unexpected) {
+      all.emplace_back(ErrorCode::UnexpectedKey, "unexpected key \"" + k + "\"");
+    }
+  }
+  if (!all.empty()) {
+    // One error for everything, so a user fixes a checkpoint in one round. The code is the
+    // problems' common code, or LoadFailed when they differ.
+    ErrorCode code = all.front().first;
+    std::string msg = "loading state dict: " + std::to_string(all.size()) + " problem" +
+                      (all.size() > 1 ? "s" : "") + "; nothing was loaded";
+    for (const auto& [c, m] : all) {
+      if (c != code) code = ErrorCode::LoadFailed;
+      msg += "\n  " + std::string(error_code_name(c)) + ": " + m;
+    }
+    throw Error(code, msg);
+  }
+
+  std::set<std::string> loaded, converted;
+  for (Write& w : writes_) {
+    if (w.buffer) {
+      w.module->buffers_[w.index].second.copy_from(w.src);
+    } else {
+      Parameter& p = w.module->params_[w.index];
+      if (w.adopt) {
+        p.value = w.src;
+        p.copy_on_write = true;
+      } else {
+        if (p.copy_on_write && w.expert < 0) {
+          // The whole borrowed tensor is about to be overwritten: a fresh allocation is
+          // enough, cloning the borrowed bytes first would copy every byte twice.
+          p.value = Tensor::zeros(p.value.shape(), p.value.dtype());
+          p.copy_on_write = false;
+        }
+        Tensor& v = writable_value(p);
+        (w.expert >= 0 ? v.select(w.expert) : v).copy_from(w.src);
+      }
+      // A stacked key loaded into per-expert parameters is one conversion, reported once.
+      if (w.src.dtype() != p.value.dtype() && !converted.count(w.key)) {
+        converted.insert(w.key);
+        report_.dtype_conversions.push_back({w.key, w.src.dtype(), p.value.dtype()});
+      }
+    }
+    if (loaded.insert(w.key).second) report_.loaded.push_back(w.key);
+  }
+  return report_;
+}
+
+}  // namespace grouplin

@@ -1,0 +1,121 @@
+#include "grouplin/module.hpp"
+
+#include "grouplin/error.hpp"
+#include "grouplin/load_state_dict.hpp"
+
+namespace grouplin {
+
+void Module::add_child(std::string name, std::shared_ptr<Module> child) {
+  if (name.empty() || name.find('.') != std::string::npos || !child) {
+    throw Error(ErrorCode::InvalidArgument,
+                "add_child: name \"" + name + "\" must be non-empty without '.', and the child non-null");
+  }
+  for (const auto& [n, c] : children_) {
+    if (n == name) throw Error(ErrorCode::DuplicateName, "add_child: child \"" + name + "\" exists");
+  }
+  children_.emplace_back(std::move(name), std::move(child));
+}
+
+Module& Module::child(std::string_view name) const {
+  for (const auto& [n, c] : children_) {
+    if (n == name) return *c;
+  }
+  throw Error(ErrorCode::MissingKey, "module has no child \"" + std::string(name) + "\"");
+}
+
+const Parameter& Module::parameter(std::string_view dotted_name) const {
+  const Module* m = this;
+  std::string_view rest = dotted_name;
+  for (size_t dot; (dot = rest.find('.')) != std::string_view::npos; rest = rest.substr(dot + 1)) {
+    const Module* next = nullptr;
+    for (const auto& [n, c] : m->children_) {
+      if (n == rest.substr(0, dot)) next = c.get();
+    }
+    if (next == nullptr) break;
+    m = next;
+  }
+  for (const Parameter& p : m->params_) {
+    if (p.name == rest) return p;
+  }
+  throw Error(ErrorCode::MissingKey, "module has no parameter \"" + std::string(dotted_name) + "\"");
+}
+
+void Module::for_each_parameter(const std::function<void(const std::string&, Parameter&)>& fn,
+                                const std::string& prefix) {
+  for (Parameter& p : params_) fn(prefix + p.name, p);
+  for (auto& [name, c] : children_) c->for_each_parameter(fn, prefix + name + ".");
+}
+
+StateDict Module::state_dict(const std::string& prefix) const {
+  StateDict sd;
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m,
+                                                                     const std::string& pre) {
+    for (const Parameter& p : m.params_) sd.insert(pre + p.name, p.value);
+    for (const auto& [name, t] : m.buffers_) sd.insert(pre + name, t);
+    for (const auto& [name, c] : m.children_) walk(*c, pre + name + ".");
+  };
+  walk(*this, prefix);
+  return sd;
+}
+
+LoadReport Module::load_state_dict(const StateDict& source) {
+  return load_state_dict(source, LoadOptions{});
+}
+
+LoadReport Module::load_state_dict(const StateDict& source, const LoadOptions& options) {
+  LoadPlan plan(options);
+  // Each module plans its own entries exactly once, whichever module the call starts at.
+  std::function<void(Module&, const std::string&)> walk = [&](Module& m, const std::string& pre) {
+    m.plan_load(source, pre, plan);
+    for (auto& [name, c] : m.children_) walk(*c, pre + name + ".");
+  };
+  walk(*this, "");
+  return plan.execute(source);
+}
+
+void Module::plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string key = prefix + params_[i].name;
+    const Tensor* src = source.find(key);
+    if (src == nullptr) {
+      plan.add_missing(key);
+      continue;
+    }
+    plan.claim(key);
+    if (plan.options().assign && src->dtype() == params_[i].value.dtype()) {
+      plan.plan_adopt(key, *src, *this, i);
+    } else {
+      plan.plan_copy(key, *src, *this, i);
+    }
+  }
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const std::string key = prefix + buffers_[i].first;
+    const Tensor* src = source.find(key);
+    if (src == nullptr) {
+      plan.add_missing(key);
+      continue;
+    }
+    plan.claim(key);
+    plan.plan_buffer_copy(key, *src, *this, i);
+  }
+}
+
+size_t Module::register_parameter(std::string name, Tensor value) {
+  params_.push_back(Parameter{std::move(name), std::move(value), {}, {}, false});
+  return params_.size() - 1;
+}
+
+size_t Module::register_buffer(std::string name, Tensor value) {
+  buffers_.emplace_back(std::move(name), std::move(value));
+  return buffers_.size() - 1;
+}
+
+Tensor& writable_value(Parameter& p) {
+  if (p.copy_on_write) {
+    p.value = p.value.clone();
+    p.copy_on_write = false;
+  }
+  return p.value;
+}
+
+}  // namespace grouplin

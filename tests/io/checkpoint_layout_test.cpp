@@ -1,0 +1,253 @@
+// Grouped-module recognition (one test per problem code) and conversion plans.
+#include "grouplin/checkpoint_layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "grouplin/error.hpp"
+#include "io/moe_checkpoint.hpp"
+
+namespace grouplin {
+namespace {
+
+using testing::moe_state_dict;
+using testing::MoeModuleSpec;
+
+const std::vector<MoeModuleSpec> kModules = {
+    {"model.layers.3.mlp.experts.", 4, 3, 5, true, DType::BF16},
+    {"model.layers.7.mlp.experts.", 1, 2, 6, false, DType::F32},
+};
+
+Tensor f32(const Shape& shape) { return Tensor::zeros(shape, DType::F32); }
+
+// The single problem of a scan of `sd`.
+Error only_problem(const StateDict& sd) {
+  GroupedScan scan = scan_grouped_modules(sd);
+  EXPECT_EQ(scan.problems.size(), 1u);
+  EXPECT_TRUE(scan.modules.empty());
+  if (scan.problems.empty()) return Error(ErrorCode::InvalidArgument, "no problem");
+  return scan.problems.front();
+}
+
+TEST(CheckpointLayout, LayoutNames) {
+  EXPECT_EQ(expert_layout_name(ExpertLayout::Single), "single");
+  EXPECT_EQ(expert_layout_name(ExpertLayout::PerExpert), "per-expert");
+  EXPECT_EQ(expert_layout_from_name("single"), ExpertLayout::Single);
+  EXPECT_EQ(expert_layout_from_name("per-expert"), ExpertLayout::PerExpert);
+  EXPECT_EQ(expert_layout_from_name("Single"), std::nullopt);
+}
+
+TEST(CheckpointLayout, FindsModulesOfBothLayouts) {
+  for (ExpertLayout layout : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+    const StateDict sd = moe_state_dict(kModules, layout);
+    const std::vector<GroupedModule> found = find_grouped_modules(sd);
+    ASSERT_EQ(found.size(), 2u);
+    EXPECT_EQ(found[0].prefix, "model.layers.3.mlp.experts.");
+    EXPECT_EQ(found[0].layout, layout);
+    EXPECT_EQ(found[0].num_experts, 4);
+    EXPECT_EQ(found[0].out_features, 3);
+    EXPECT_EQ(found[0].in_features, 5);
+    EXPECT_TRUE(found[0].bias);
+    EXPECT_EQ(found[0].dtype, DType::BF16);
+    EXPECT_EQ(found[0].bias_dtype, DType::BF16);
+    EXPECT_EQ(found[0].keys.size(), layout == ExpertLayout::Single ? 2u : 8u);
+    EXPECT_EQ(found[1].num_experts, 1);  // N = 1
+    EXPECT_FALSE(found[1].bias);
+    EXPECT_EQ(found[1].keys.size(), 1u);
+  }
+}
+
+TEST(CheckpointLayout, OrdinaryEntriesAreNotModules) {
+  StateDict sd;
+  sd.insert("fc.weight", f32({3, 5}));          // a linear layer
+  sd.insert("fc.bias", f32({3}));
+  sd.insert("conv.weight", f32({4, 2, 3}));     // a convolution: rank-1 bias
+  sd.insert("conv.bias", f32({4}));
+  sd.insert("emb.weight01", f32({3, 5}));       // not a canonical index
+  sd.insert("emb.weightx", f32({3, 5}));
+  sd.insert("norm.weight", f32({5}));
+  sd.insert("lone.bias", f32({2, 3}));          // a rank-2 bias without weight
+  GroupedScan scan = scan_grouped_modules(sd);
+  EXPECT_TRUE(scan.modules.empty());
+  EXPECT_TRUE(scan.problems.empty());
+}
+
+TEST(CheckpointLayout, RootPrefix) {
+  StateDict sd;
+  sd.insert("weight0", f32({2, 3}));
+  sd.insert("weight1", f32({2, 3}));
+  std::vector<GroupedModule> found = find_grouped_modules(sd);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].prefix, "");
+  EXPECT_EQ(found[0].num_experts, 2);
+}
+
+TEST(CheckpointLayout, PartialExpertSetMissingWeight) {
+  StateDict sd = moe_state_dict(kModules, ExpertLayout::PerExpert, false);
+  sd.erase("model.layers.3.mlp.experts.weight2");
+  GroupedScan scan = scan_grouped_modules(sd);
+  ASSERT_EQ(scan.problems.size(), 1u);
+  EXPECT_EQ(scan.modules.size(), 1u);  // the other module is still found
+  const Error& e = scan.problems.front();
+  EXPECT_EQ(e.code(), ErrorCode::PartialExpertSet);
+  EXPECT_NE(e.message().find("\"model.layers.3.mlp.experts.\""), std::string::npos) << e.what();
+  EXPECT_NE(e.message().find("weight2"), std::string::npos) << e.what();
+  EXPECT_THROW(find_grouped_modules(sd), Error);
+}
+
+TEST(CheckpointLayout, PartialExpertSetMissingBias) {
+  StateDict sd = moe_state_dict({kModules[0]}, ExpertLayout::PerExpert, false);
+  sd.erase("model.layers.3.mlp.experts.bias0");
+  Error e = only_problem(sd);
+  EXPECT_EQ(e.code(), ErrorCode::PartialExpertSet);
+  EXPECT_NE(e.message().find("bias0"), std::string::npos) << e.what();
+}
+
+TEST(CheckpointLayout, PartialExpertSetBiasBeyondWeights) {
+  StateDict sd;
+  sd.insert("m.weight0", f32({2, 3}));
+  sd.insert("m.bias0", f32({2}));
+  sd.insert("m.bias1", f32({2}));
+  EXPECT_EQ(only_problem(sd).code(), ErrorCode::PartialExpertSet);
+}
+
+TEST(CheckpointLayout, PartialExpertSetBiasesWithoutWeights) {
+  StateDict sd;
+  sd.insert("m.bias0", f32({2}));
+  EXPECT_EQ(only_problem(sd).code(), ErrorCode::PartialExpertSet);
+}
+
+TEST(CheckpointLayout, PartialExpertSetOnlyHighIndex) {
+  StateDict sd;
+  sd.insert("m.weight999999999", f32({2, 3}));  // the largest index accepted
+  Error e = only_problem(sd);
+  EXPECT_EQ(e.code(), ErrorCode::PartialExpertSet);
+  EXPECT_NE(e.message().find("more"), std::string::npos) << e.what();  // the list is capped
+}
+
+TEST(CheckpointLayout, BothLayoutsPresent) {
+  StateDict a;
+  a.insert("m.weight", f32({2, 2, 3}));
+  a.insert("m.weight0", f32({2, 3}));
+  EXPECT_EQ(only_problem(a).code(), ErrorCode::BothLayoutsPresent);
+  StateDict b;
+  b.insert("m.weight0", f32({2, 3}));
+  b.insert("m.bias", f32({1, 2}));
+  EXPECT_EQ(only_problem(b).code(), ErrorCode::BothLayoutsPresent);
+  StateDict c;
+  c.insert("m.weight", f32({1, 2, 3}));
+  c.insert("m.bias0", f32({2}));
+  EXPECT_EQ(only_problem(c).code(), ErrorCode::BothLayoutsPresent);
+}
+
+TEST(CheckpointLayout, ShapeMismatchPerExpert) {
+  StateDict rank;
+  rank.insert("m.weight0", f32({2, 3, 1}));
+  EXPECT_EQ(only_problem(rank).code(), ErrorCode::ShapeMismatch);
+  StateDict differ;
+  differ.insert("m.weight0", f32({2, 3}));
+  differ.insert("m.weight1", f32({2, 4}));
+  Error e = only_problem(differ);
+  EXPECT_EQ(e.code(), ErrorCode::ShapeMismatch);
+  EXPECT_NE(e.message().find("[2, 4]"), std::string::npos) << e.what();
+  StateDict bias;
+  bias.insert("m.weight0", f32({2, 3}));
+  bias.insert("m.bias0", f32({3}));
+  EXPECT_EQ(only_problem(bias).code(), ErrorCode::ShapeMismatch);
+}
+
+TEST(CheckpointLayout, ShapeMismatchSingle) {
+  StateDict bias;
+  bias.insert("m.weight", f32({4, 2, 3}));
+  bias.insert("m.bias", f32({4, 3}));
+  Error e = only_problem(bias);
+  EXPECT_EQ(e.code(), ErrorCode::ShapeMismatch);
+  EXPECT_NE(e.message().find("[4, 2]"), std::string::npos) << e.what();
+  StateDict empty;
+  empty.insert("m.weight", f32({0, 2, 3}));
+  EXPECT_EQ(only_problem(empty).code(), ErrorCode::ShapeMismatch);
+}
+
+TEST(CheckpointLayout, DTypeMismatch) {
+  StateDict w;
+  w.insert("m.weight0", f32({2, 3}));
+  w.insert("m.weight1", Tensor::zeros({2, 3}, DType::BF16));
+  EXPECT_EQ(only_problem(w).code(), ErrorCode::DTypeMismatch);
+  StateDict b;
+  b.insert("m.weight0", f32({2, 3}));
+  b.insert("m.weight1", f32({2, 3}));
+  b.insert("m.bias0", f32({2}));
+  b.insert("m.bias1", Tensor::zeros({2}, DType::F16));
+  EXPECT_EQ(only_problem(b).code(), ErrorCode::DTypeMismatch);
+}
+
+TEST(CheckpointLayout, BiasMayHaveItsOwnDType) {
+  StateDict sd;
+  sd.insert("m.weight0", Tensor::zeros({2, 3}, DType::BF16));
+  sd.insert("m.bias0", f32({2}));
+  std::vector<GroupedModule> found = find_grouped_modules(sd);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].dtype, DType::BF16);
+  EXPECT_EQ(found[0].bias_dtype, DType::F32);
+}
+
+// The plan's tensors, with their pieces' bytes concatenated, equal the target dict exactly.
+void expect_plan_is(const ConversionPlan& plan, const StateDict& want) {
+  ASSERT_EQ(plan.tensors.size(), want.size());
+  size_t i = 0;
+  for (const auto& [name, t] : want) {
+    const PlannedTensor& p = plan.tensors[i++];
+    EXPECT_EQ(p.name, name);
+    EXPECT_EQ(p.dtype, t.dtype()) << name;
+    EXPECT_EQ(p.shape, t.shape()) << name;
+    ASSERT_EQ(p.nbytes(), t.nbytes()) << name;
+    std::vector<std::byte> bytes;
+    for (const Tensor& piece : p.pieces) bytes.insert(bytes.end(), piece.data(), piece.data() + piece.nbytes());
+    EXPECT_TRUE(bytes.empty() || std::equal(bytes.begin(), bytes.end(), t.data())) << name;
+  }
+}
+
+TEST(CheckpointLayout, PlansEveryDirection) {
+  for (ExpertLayout from : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+    for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+      SCOPED_TRACE(std::string(expert_layout_name(from)) + " -> " +
+                   std::string(expert_layout_name(to)));
+      const StateDict src = moe_state_dict(kModules, from);
+      const ConversionPlan plan = plan_conversion(src, to);
+      EXPECT_EQ(plan.modules.size(), 2u);
+      expect_plan_is(plan, moe_state_dict(kModules, to));
+    }
+  }
+}
+
+TEST(CheckpointLayout, PlanCopiesNothing) {
+  const StateDict src = moe_state_dict(kModules, ExpertLayout::Single);
+  const StorageStats before = storage_stats();
+  const ConversionPlan plan = plan_conversion(src, ExpertLayout::PerExpert);
+  EXPECT_EQ(storage_stats().allocations, before.allocations);
+  EXPECT_EQ(storage_stats().copied_bytes, before.copied_bytes);
+  // Expert 2 of the stacked weight is a view of it.
+  const Tensor& stacked = src.at("model.layers.3.mlp.experts.weight");
+  auto it = std::find_if(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) {
+    return t.name == "model.layers.3.mlp.experts.weight2";
+  });
+  ASSERT_NE(it, plan.tensors.end());
+  ASSERT_EQ(it->pieces.size(), 1u);
+  EXPECT_EQ(it->pieces[0].storage(), stacked.storage());
+  EXPECT_EQ(it->pieces[0].data(), stacked.data() + 2 * 3 * 5 * 2);
+}
+
+TEST(CheckpointLayout, PlanThrowsTheFirstProblem) {
+  StateDict sd = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  sd.erase("model.layers.3.mlp.experts.bias3");
+  try {
+    plan_conversion(sd, ExpertLayout::Single);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::PartialExpertSet);
+  }
+}
+
+}  // namespace
+}  // namespace grouplin

@@ -1,0 +1,309 @@
+// Streaming conversion and comparison through the library (the CLI tests in tests/tools/ run the
+// same through the command line), the in-kernel range copy of FileSink, and the fast CRC-32.
+#include "grouplin/convert.hpp"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "grouplin/checkpoint.hpp"
+#include "grouplin/compare.hpp"
+#include "grouplin/error.hpp"
+#include "grouplin/inspect.hpp"
+#include "grouplin/pt_file.hpp"
+#include "grouplin/safetensors.hpp"
+#include "io/crc32_clmul.hpp"
+#include "io/moe_checkpoint.hpp"
+#include "io/zip.hpp"
+
+namespace grouplin {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::moe_state_dict;
+using testing::MoeModuleSpec;
+
+const std::vector<MoeModuleSpec> kModules = {
+    {"model.layers.3.mlp.experts.", 4, 3, 5, true, DType::BF16},
+    {"model.layers.7.mlp.experts.", 1, 2, 6, false, DType::F32},
+};
+
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+class ConvertTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("grouplin_convert_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  size_t files_in_dir() const {
+    return static_cast<size_t>(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
+  }
+  static void expect_dict(const StateDict& got, const StateDict& want) {
+    ASSERT_EQ(got.keys(), want.keys());
+    for (const auto& [name, t] : want) EXPECT_TRUE(t.bit_equal(got.at(name))) << name;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ConvertTest, EveryLayoutAndFormat) {
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"origin", "test"}};
+  for (CheckpointFormat in_format : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
+    for (ExpertLayout from : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+      const std::string in = path("in");
+      save_checkpoint(in, moe_state_dict(kModules, from), in_format, meta);
+      for (CheckpointFormat out_format : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
+        for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+          SCOPED_TRACE(std::string(format_name(in_format)) + " " +
+                       std::string(expert_layout_name(from)) + " -> " +
+                       std::string(format_name(out_format)) + " " +
+                       std::string(expert_layout_name(to)));
+          ConvertOptions o;
+          o.layout = to;
+          o.format = out_format;
+          o.overwrite = true;
+          uint64_t last_done = 0, last_total = 0;
+          o.progress = [&](uint64_t done, uint64_t total) {
+            EXPECT_GE(done, last_done);
+            last_done = done;
+            last_total = total;
+          };
+          const ConvertReport r = convert_checkpoint(in, path("out"), o);
+          EXPECT_EQ(r.input_format, in_format);
+          EXPECT_EQ(r.output_format, out_format);
+          ASSERT_EQ(r.modules.size(), 2u);
+          EXPECT_EQ(r.modules[0].layout, from);
+          EXPECT_EQ(last_done, last_total);
+          EXPECT_EQ(last_total, r.data_bytes);
+          EXPECT_EQ(r.file_bytes, fs::file_size(path("out")));
+          const Checkpoint c = load_checkpoint(path("out"));
+          EXPECT_EQ(c.format, out_format);
+          const StateDict want = moe_state_dict(kModules, to);
+          for (const auto& [name, t] : want) EXPECT_TRUE(t.bit_equal(c.tensors.at(name))) << name;
+          EXPECT_EQ(c.tensors.size(), want.size());
+          if (out_format == CheckpointFormat::Pt) {
+            // A .pt file keeps the input's order (a safetensors input's is its data order).
+            if (in_format == CheckpointFormat::Pt) expect_dict(c.tensors, want);
+            load_pt(path("out"), {.check_record_crc = true, .check_storage_crc = true});
+          } else {
+            // Metadata is kept from a safetensors input; a .pt input has none.
+            if (in_format == CheckpointFormat::Safetensors) {
+              EXPECT_EQ(c.metadata, meta);
+            } else {
+              EXPECT_TRUE(c.metadata.empty());
+            }
+          }
+          EXPECT_TRUE(compare_checkpoints(in, path("out")).same);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(files_in_dir(), 2u);  // in, out: no temporary file left
+}
+
+// Regression guard for the byte-exact promise: per-expert -> single -> per-expert reproduces a
+// file GroupLin wrote, byte for byte, in both formats.
+TEST_F(ConvertTest, RoundTripIsByteIdentical) {
+  const StateDict sd = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  for (CheckpointFormat f : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
+    save_checkpoint(path("a"), sd, f, {{"k", "v"}});
+    ConvertOptions o;
+    o.format = f;
+    o.overwrite = true;
+    o.layout = ExpertLayout::Single;
+    convert_checkpoint(path("a"), path("b"), o);
+    o.layout = ExpertLayout::PerExpert;
+    convert_checkpoint(path("b"), path("c"), o);
+    EXPECT_EQ(read_all(path("a")), read_all(path("c"))) << format_name(f);
+    // single -> single is the identity too.
+    o.layout = ExpertLayout::Single;
+    convert_checkpoint(path("b"), path("d"), o);
+    EXPECT_EQ(read_all(path("b")), read_all(path("d"))) << format_name(f);
+  }
+}
+
+TEST_F(ConvertTest, RefusesInAsOutAndExistingOut) {
+  save_safetensors(path("in.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
+  const std::string before = read_all(path("in.safetensors"));
+  ConvertOptions o;
+  o.overwrite = true;
+  for (const std::string& out : {path("in.safetensors"), (dir_ / "." / "in.safetensors").string()}) {
+    try {
+      convert_checkpoint(path("in.safetensors"), out, o);
+      FAIL() << "converted over the input";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(e.message().find("is the input"), std::string::npos) << e.what();
+    }
+  }
+  fs::create_hard_link(path("in.safetensors"), path("link.safetensors"));
+  EXPECT_THROW(convert_checkpoint(path("in.safetensors"), path("link.safetensors"), o), Error);
+  EXPECT_EQ(read_all(path("in.safetensors")), before);
+
+  std::ofstream(path("out.safetensors")) << "old";
+  o.overwrite = false;
+  try {
+    convert_checkpoint(path("in.safetensors"), path("out.safetensors"), o);
+    FAIL() << "replaced an existing file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(e.message().find("already exists"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_all(path("out.safetensors")), "old");
+  o.overwrite = true;
+  convert_checkpoint(path("in.safetensors"), path("out.safetensors"), o);
+  EXPECT_NE(read_all(path("out.safetensors")), "old");
+}
+
+TEST_F(ConvertTest, BadInputLeavesNoOutput) {
+  StateDict partial = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  partial.erase("model.layers.3.mlp.experts.weight1");
+  save_safetensors(path("partial.safetensors"), partial);
+  std::ofstream(path("garbage.safetensors")) << "not a checkpoint at all";
+  save_safetensors(path("good.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
+  const std::string good = read_all(path("good.safetensors"));
+  std::ofstream(path("truncated.safetensors"), std::ios::binary)
+      << good.substr(0, good.size() - 10);
+  const std::pair<const char*, ErrorCode> cases[] = {
+      {"partial.safetensors", ErrorCode::PartialExpertSet},
+      {"garbage.safetensors", ErrorCode::UnknownFormat},
+      {"truncated.safetensors", ErrorCode::Truncated},
+      {"missing.safetensors", ErrorCode::IoError},
+  };
+  for (const auto& [name, code] : cases) {
+    try {
+      convert_checkpoint(path(name), path("out.safetensors"));
+      FAIL() << name << " converted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(e.message().find(name), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(path("out.safetensors"))) << name;
+  }
+  // No format from the extension, none given.
+  try {
+    convert_checkpoint(path("good.safetensors"), path("out.weights"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::UnknownFormat) << e.what();
+  }
+  EXPECT_EQ(files_in_dir(), 4u);
+}
+
+TEST_F(ConvertTest, ProgressCallbackCanAbort) {
+  save_safetensors(path("in.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
+  ConvertOptions o;
+  o.progress = [](uint64_t done, uint64_t) {
+    if (done > 0) throw Error(ErrorCode::IoError, "stop");
+  };
+  EXPECT_THROW(convert_checkpoint(path("in.safetensors"), path("out.pt"), o), Error);
+  EXPECT_FALSE(fs::exists(path("out.pt")));
+  EXPECT_EQ(files_in_dir(), 1u);
+}
+
+TEST_F(ConvertTest, CompareListsDifferences) {
+  StateDict a = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  save_pt(path("a.pt"), a);
+  StateDict b = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  Tensor w = b.at("model.layers.7.mlp.experts.weight0").clone();
+  w.mutable_data_as<float>()[7] = 42.0f;  // element [1, 1] of a [2, 6] weight
+  b.set("model.layers.7.mlp.experts.weight0", w);
+  b.erase("step");
+  b.insert("extra", Tensor::zeros({1}, DType::I8));
+  save_safetensors(path("b.safetensors"), b);
+  const CompareReport r = compare_checkpoints(path("a.pt"), path("b.safetensors"));
+  EXPECT_FALSE(r.same);
+  EXPECT_EQ(r.differing, 3u);
+  ASSERT_EQ(r.differences.size(), 3u);
+  EXPECT_NE(r.differences[0].find("model.layers.7.mlp.experts.weight0: 1 of 12 elements differ, "
+                                   "first at [1, 1]: "),
+            std::string::npos)
+      << r.differences[0];
+  EXPECT_NE(r.differences[0].find("vs 42"), std::string::npos) << r.differences[0];
+  EXPECT_EQ(r.differences[1], "step: only in A");
+  EXPECT_EQ(r.differences[2], "extra: only in B");
+  CompareOptions few;
+  few.max_listed = 1;
+  EXPECT_EQ(compare_checkpoints(path("a.pt"), path("b.safetensors"), few).differences.size(), 1u);
+}
+
+TEST_F(ConvertTest, InspectReadsHeadersAndReportsProblems) {
+  StateDict sd = moe_state_dict(kModules, ExpertLayout::Single);
+  save_safetensors(path("m.safetensors"), sd, {{"a", "b"}});
+  CheckpointSummary s = inspect_checkpoint(path("m.safetensors"));
+  EXPECT_EQ(s.format, CheckpointFormat::Safetensors);
+  EXPECT_EQ(s.tensors.size(), sd.size());
+  EXPECT_EQ(s.metadata.at("a"), "b");
+  EXPECT_EQ(s.scan.modules.size(), 2u);
+  sd.insert("model.layers.3.mlp.experts.weight0", Tensor::zeros({3, 5}, DType::BF16));
+  save_pt(path("both.pt"), sd);
+  s = inspect_checkpoint(path("both.pt"));
+  ASSERT_EQ(s.scan.problems.size(), 1u);
+  EXPECT_EQ(s.scan.problems[0].code(), ErrorCode::BothLayoutsPresent);
+}
+
+TEST_F(ConvertTest, SinkCopiesFileRanges) {
+  std::string bytes(3 << 20, '\0');
+  std::mt19937 rng(7);
+  for (char& c : bytes) c = static_cast<char>(rng());
+  std::ofstream(path("src"), std::ios::binary) << bytes;
+  const int fd = ::open(path("src").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  {
+    auto out = AtomicFile::create(path("dst"));
+    out->write(std::as_bytes(std::span("ab", 2)));
+    out->copy_from_file(fd, 5, (2 << 20) + 3);  // in-kernel
+    out->FileSink::copy_from_file(fd, 1, 4);      // the buffered default
+    EXPECT_EQ(out->position(), 2u + (2 << 20) + 3 + 4);
+    EXPECT_THROW(out->copy_from_file(fd, bytes.size() - 2, 4), Error);  // past the end
+    EXPECT_THROW(out->FileSink::copy_from_file(fd, bytes.size() - 2, 4), Error);
+    out->commit();
+  }
+  ::close(fd);
+  const std::string got = read_all(path("dst"));
+  ASSERT_GE(got.size(), 2u + (2 << 20) + 3 + 4);
+  EXPECT_EQ(got.substr(0, 2 + (2 << 20) + 3 + 4),
+            "ab" + bytes.substr(5, (2 << 20) + 3) + bytes.substr(1, 4));
+}
+
+// A bit-at-a-time CRC-32, the definition the fast versions must match.
+uint32_t crc32_bitwise(uint32_t crc, const std::byte* p, size_t n) {
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= std::to_integer<uint32_t>(p[i]);
+    for (int k = 0; k < 8; ++k) crc = (crc & 1) ? (crc >> 1) ^ 0xEDB88320u : crc >> 1;
+  }
+  return ~crc;
+}
+
+TEST(Crc32Clmul, MatchesTheDefinition) {
+  if (!zip::crc32_clmul_supported()) GTEST_SKIP() << "no PCLMULQDQ on this CPU";
+  std::vector<std::byte> data(5000);
+  std::mt19937 rng(3);
+  for (std::byte& b : data) b = static_cast<std::byte>(rng());
+  for (size_t offset : {0, 1, 7, 13}) {
+    for (size_t n = 0; n < 1200; n += (n < 300 ? 1 : 37)) {
+      for (uint32_t start : {0u, 0xDEADBEEFu}) {
+        const std::span<const std::byte> s(data.data() + offset, n);
+        const uint32_t want = crc32_bitwise(start, s.data(), s.size());
+        ASSERT_EQ(zip::crc32_clmul(start, s), want) << "offset " << offset << " n " << n;
+        ASSERT_EQ(zip::crc32(start, s), want) << "offset " << offset << " n " << n;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace grouplin

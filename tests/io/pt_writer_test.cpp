@@ -1,0 +1,237 @@
+// write_pt / save_pt: layout of the archive, round trips through parse_pt for every dtype,
+// shared storages, determinism, refused inputs, and failures midway (through FileSink).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "grouplin/error.hpp"
+#include "grouplin/pt_file.hpp"
+#include "io/zip.hpp"
+
+namespace grouplin {
+namespace {
+
+namespace fs = std::filesystem;
+
+class MemorySink : public FileSink {
+ public:
+  void write(std::span<const std::byte> b) override {
+    if (fail_after_ != SIZE_MAX && bytes.size() + b.size() > fail_after_) {
+      throw Error(ErrorCode::IoError, "injected failure");
+    }
+    largest_write = std::max(largest_write, b.size());
+    bytes.insert(bytes.end(), b.begin(), b.end());
+  }
+  uint64_t position() const override { return bytes.size(); }
+  void commit() override {}
+  std::vector<std::byte> bytes;
+  size_t largest_write = 0;
+  size_t fail_after_ = SIZE_MAX;
+};
+
+std::shared_ptr<Storage> to_storage(const std::vector<std::byte>& bytes) {
+  auto s = Storage::allocate(bytes.size());
+  if (!bytes.empty()) std::memcpy(s->mutable_data(), bytes.data(), bytes.size());
+  return s;
+}
+
+Tensor filled(const Shape& shape, DType dtype, unsigned seed) {
+  Tensor t = Tensor::zeros(shape, dtype);
+  std::byte* p = t.mutable_data();
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    unsigned v = (static_cast<unsigned>(i) * 13u + seed * 71u + 5u) & 0xFFu;
+    p[i] = std::byte(dtype == DType::BOOL ? v & 1u : v);
+  }
+  return t;
+}
+
+StateDict round_trip(const StateDict& sd, MemorySink* out = nullptr) {
+  MemorySink sink;
+  write_pt(sink, sd);
+  if (out) *out = sink;
+  return parse_pt(to_storage(sink.bytes), "mem.pt",
+                  {.check_record_crc = true, .check_storage_crc = true});
+}
+
+void expect_same(const StateDict& a, const StateDict& b) {
+  ASSERT_EQ(a.keys(), b.keys());
+  for (const auto& [name, t] : a) EXPECT_TRUE(t.bit_equal(b.at(name))) << name;
+}
+
+TEST(PtWriter, RoundTripsEveryDType) {
+  StateDict sd;
+  unsigned seed = 0;
+  for (DType d : kAllDTypes)
+    sd.insert(std::string("t.") + std::string(dtype_name(d)), filled({2, 3}, d, seed++));
+  sd.insert("zero", Tensor::zeros({0, 4}, DType::BF16));
+  sd.insert("scalar", filled({}, DType::F64, seed++));
+  expect_same(sd, round_trip(sd));
+}
+
+TEST(PtWriter, EmptyDict) { EXPECT_TRUE(round_trip(StateDict{}).empty()); }
+
+TEST(PtWriter, LayoutIsTorchs) {
+  StateDict sd;
+  sd.insert("a.b.weight", filled({3}, DType::F32, 1));
+  sd.insert("a.bias", filled({5}, DType::F16, 2));
+  MemorySink sink;
+  write_pt(sink, sd);
+  zip::ZipReader z = zip::ZipReader::open(to_storage(sink.bytes));
+  std::vector<std::string> names;
+  for (const auto& e : z.entries()) {
+    names.push_back(e.name);
+    EXPECT_EQ(e.data_offset % 64, 0u) << e.name;
+    EXPECT_NO_THROW(z.check_crc(e));
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"archive/data.pkl", "archive/byteorder", "archive/data/0",
+                                      "archive/data/1", "archive/version"}));
+  auto text = [&](const char* n) {
+    auto b = z.bytes(*z.find(n));
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+  };
+  EXPECT_EQ(text("archive/byteorder"), "little");
+  EXPECT_EQ(text("archive/version"), "3\n");
+  const std::string pkl = text("archive/data.pkl");
+  EXPECT_EQ(pkl.substr(0, 2), "\x80\x02");
+  for (const char* s :
+       {"_rebuild_tensor_v2", "FloatStorage", "HalfStorage", "_metadata", "a.b", "version"}) {
+    EXPECT_NE(pkl.find(s), std::string::npos) << s;
+  }
+  EXPECT_EQ(pkl.back(), '.');
+}
+
+TEST(PtWriter, OverlappingViewsShareOneRecord) {
+  Tensor base = filled({6, 4}, DType::F32, 3);
+  StateDict sd;
+  sd.insert("base", base);
+  sd.insert("row2", base.select(2));
+  sd.insert("rows", base.rows(1, 3));
+  MemorySink sink;
+  StateDict back = round_trip(sd, &sink);
+  expect_same(sd, back);
+  EXPECT_EQ(back.at("row2").storage(), back.at("base").storage());
+  EXPECT_EQ(back.at("row2").data(), back.at("base").data() + 2 * 4 * 4);
+  EXPECT_EQ(zip::ZipReader::open(to_storage(sink.bytes)).entries().size(),
+            4u);  // one storage record
+}
+
+TEST(PtWriter, DisjointViewsGetTheirOwnRecords) {
+  // Members of one allocation that do not overlap (a GroupedTensor, a safetensors mapping) are
+  // written as separate storages, so torch does not see unrelated tensors as views of one blob.
+  Tensor base = filled({4, 4}, DType::F32, 4);
+  StateDict sd;
+  sd.insert("top", base.rows(0, 2));
+  sd.insert("bottom", base.rows(2, 2));
+  sd.insert("as_int",
+            Tensor::view_of(base.storage(), 0, {4}, DType::I32));  // overlaps, other dtype
+  MemorySink sink;
+  StateDict back = round_trip(sd, &sink);
+  expect_same(sd, back);
+  EXPECT_NE(back.at("top").storage(), back.at("bottom").storage());
+  EXPECT_NE(back.at("top").storage(), back.at("as_int").storage());
+  EXPECT_EQ(zip::ZipReader::open(to_storage(sink.bytes)).entries().size(), 6u);
+}
+
+TEST(PtWriter, Deterministic) {
+  StateDict sd;
+  for (int i = 0; i < 5; ++i)
+    sd.insert("fc1.weight" + std::to_string(i), filled({2, 2}, DType::BF16, i));
+  MemorySink a, b;
+  write_pt(a, sd);
+  write_pt(b, sd);
+  EXPECT_EQ(a.bytes, b.bytes);
+}
+
+TEST(PtWriter, ManyEntriesUseSetItemsBatches) {
+  StateDict sd;
+  for (int i = 0; i < 2500; ++i) {
+    std::string name = "e";  // appended: GCC 12 warns (-Wrestrict) falsely on "e" + std::string
+    name += std::to_string(i);
+    sd.insert(name, filled({1}, DType::U8, i));
+  }
+  StateDict back = round_trip(sd);
+  expect_same(sd, back);
+}
+
+TEST(PtWriter, StreamsLargeTensorsInChunks) {
+  StateDict sd;
+  sd.insert("big", filled({3 << 20}, DType::F32, 9));  // 12 MiB
+  MemorySink sink;
+  expect_same(sd, round_trip(sd, &sink));
+  EXPECT_LE(sink.largest_write, size_t{8} << 20);
+}
+
+TEST(PtWriter, RefusesUndefinedTensor) {
+  StateDict sd;
+  sd.insert("w", Tensor());
+  MemorySink sink;
+  try {
+    write_pt(sink, sd);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::UndefinedTensor);
+    EXPECT_NE(e.message().find("tensor \"w\" is undefined"), std::string::npos);
+  }
+  EXPECT_TRUE(sink.bytes.empty());  // checked before anything is written
+}
+
+TEST(PtWriter, RefusesNonUtf8Name) {
+  StateDict sd;
+  sd.insert("bad\xff", filled({1}, DType::F32, 1));
+  MemorySink sink;
+  try {
+    write_pt(sink, sd);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  }
+  EXPECT_TRUE(sink.bytes.empty());
+}
+
+TEST(PtWriter, SinkFailurePropagates) {
+  StateDict sd;
+  sd.insert("w", filled({1000}, DType::F32, 1));
+  MemorySink sink;
+  sink.fail_after_ = 500;
+  try {
+    write_pt(sink, sd);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::IoError);
+  }
+}
+
+TEST(PtWriter, SaveIsAtomic) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("grouplin_pt_writer_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path path = dir / "m.pt";
+  StateDict sd;
+  sd.insert("w", filled({4}, DType::F32, 1));
+  save_pt(path.string(), sd);
+  const auto before = fs::file_size(path);
+  StateDict bad;
+  bad.insert("ok", filled({4}, DType::F32, 2));
+  bad.insert("undefined", Tensor());
+  EXPECT_THROW(save_pt(path.string(), bad), Error);
+  EXPECT_EQ(fs::file_size(path), before);
+  expect_same(sd, load_pt(path.string()));
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1u);  // no temporary file left behind
+  // Saving over the file the tensors are mapped from is safe.
+  StateDict mapped = load_pt(path.string());
+  save_pt(path.string(), mapped);
+  expect_same(sd, load_pt(path.string()));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace grouplin

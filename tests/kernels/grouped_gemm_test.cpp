@@ -1,0 +1,274 @@
+// The grouped GEMM kernels against the scalar reference (kernel_reference.hpp) on the tiling and
+// scheduling edge cases of issue 6, and the determinism guarantees: the same bits for 1, 2 and 3
+// threads, for weights in separate or stacked storage, on every run; BF16 results equal to the
+// F32 computation on the widened inputs, rounded once.
+#include "kernels/grouped_gemm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "grouplin/dtype.hpp"
+#include "kernel_reference.hpp"
+#include "kernels/micro_kernels.hpp"
+#include "kernels/thread_pool.hpp"
+#include "kernels/tile_compute.hpp"
+
+namespace grouplin::kernel_test {
+namespace {
+
+using kernels::kDirectMaxDepth;
+using kernels::kDirectMaxRows;
+using kernels::kDotDepth;
+using kernels::kDotMaxRows;
+using kernels::kOuterDepth;
+
+struct Case {
+  std::string name;
+  int64_t in, out;
+  std::vector<int64_t> splits;
+  bool bias;
+};
+
+std::vector<int64_t> mostly_empty_256() {
+  std::vector<int64_t> s(256, 0);
+  s[3] = 7;
+  s[100] = 1;
+  s[128] = kDotMaxRows + 1;
+  s[255] = 30;
+  return s;
+}
+
+// Each case names the edge it exercises.
+std::vector<Case> cases() {
+  return {
+      // K % 8 != 0, columns not multiples of the micro-tiles, experts of 5, 7, 13 rows whose
+      // boundaries fall inside micro-tiles, an empty expert in the middle.
+      {"odd_sizes", 37, 29, {5, 0, 7, 13, 1}, true},
+      // Around every path threshold, with K and N longer than one reduction block.
+      {"thresholds", kDotDepth + kOuterDepth + 9, 2 * kOuterDepth + 3,
+       {kDirectMaxRows, kDirectMaxRows + 1, kDotMaxRows, kDotMaxRows + 1, 0, 2}, false},
+      // One expert larger than all others together: several row tiles, wgrad depth > one block.
+      {"one_giant", 40, 24, {1, 2 * kOuterDepth + 37, 2, 0, 5}, true},
+      // N = 256 with most experts empty.
+      {"256_mostly_empty", 24, 20, mostly_empty_256(), true},
+      // Every row to one expert; wide output (several column tiles).
+      {"all_to_one", 33, 600, {0, 0, 200, 0}, false},
+      // T = 0.
+      {"no_rows", 16, 8, {0, 0, 0}, true},
+  };
+}
+
+// Inputs and outputs of one case in one dtype; weights in separate allocations (as PerExpert) or
+// as views of one stacked tensor (as Single and Contiguous).
+struct Problem {
+  Tensor x, dy, stacked_w, stacked_b;
+  std::vector<Tensor> weights, biases;
+  Tensor y, dx;
+  std::vector<Tensor> wgrads, bgrads;
+
+  Problem(const Case& c, DType dt, bool stacked) {
+    const auto n = static_cast<int64_t>(c.splits.size());
+    const int64_t t = std::accumulate(c.splits.begin(), c.splits.end(), int64_t{0});
+    x = random_tensor({t, c.in}, dt, 1);
+    dy = random_tensor({t, c.out}, dt, 2);
+    stacked_w = random_tensor({n, c.out, c.in}, dt, 3);
+    stacked_b = random_tensor({n, c.out}, dt, 4);
+    for (int64_t e = 0; e < n; ++e) {
+      weights.push_back(stacked ? stacked_w.select(e) : stacked_w.select(e).clone());
+      if (c.bias) biases.push_back(stacked ? stacked_b.select(e) : stacked_b.select(e).clone());
+      // Gradients start as garbage (non-zero) to catch elements left unwritten.
+      wgrads.push_back(random_tensor({c.out, c.in}, dt, 100 + static_cast<uint64_t>(e)));
+      bgrads.push_back(random_tensor({c.out}, dt, 500 + static_cast<uint64_t>(e)));
+    }
+    y = random_tensor({t, c.out}, dt, 5);
+    dx = random_tensor({t, c.in}, dt, 6);
+  }
+
+  void run(const Case& c) {
+    kernels::grouped_forward(x, c.splits, weights, biases, y);
+    kernels::grouped_dgrad(dy, c.splits, weights, dx);
+    kernels::grouped_wgrad(x, dy, c.splits, wgrads, false);
+    kernels::grouped_bgrad(dy, c.splits, bgrads);
+  }
+};
+
+void expect_bit_equal(const Problem& a, const Problem& b, const std::string& what) {
+  EXPECT_TRUE(a.y.bit_equal(b.y)) << what << ": forward";
+  EXPECT_TRUE(a.dx.bit_equal(b.dx)) << what << ": dgrad";
+  for (size_t e = 0; e < a.wgrads.size(); ++e) {
+    EXPECT_TRUE(a.wgrads[e].bit_equal(b.wgrads[e])) << what << ": wgrad " << e;
+    EXPECT_TRUE(a.bgrads[e].bit_equal(b.bgrads[e])) << what << ": bgrad " << e;
+  }
+}
+
+// Restores the default thread count and kernel set after a test changes them.
+class KernelsTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    kernels::set_num_threads(saved_threads_);
+    kernels::force_portable_kernels(false);
+  }
+  int saved_threads_ = kernels::num_threads();
+};
+
+void check_against_reference(const Case& c, DType dt) {
+  SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)));
+  Problem p(c, dt, false);
+  p.run(c);
+  EXPECT_TRUE(close_to(p.y, ref_forward(p.x, c.splits, p.weights, p.biases, c.out))) << "forward";
+  EXPECT_TRUE(close_to(p.dx, ref_dgrad(p.dy, c.splits, p.weights, c.in))) << "dgrad";
+  for (size_t e = 0; e < c.splits.size(); ++e) {
+    EXPECT_TRUE(close_to(p.wgrads[e], ref_wgrad(p.x, p.dy, c.splits, e))) << "wgrad " << e;
+    EXPECT_TRUE(close_to(p.bgrads[e], ref_bgrad(p.dy, c.splits, e))) << "bgrad " << e;
+    if (c.splits[e] == 0) {
+      EXPECT_TRUE(p.wgrads[e].bit_equal(Tensor::zeros({c.out, c.in}, dt))) << "empty expert " << e;
+      EXPECT_TRUE(p.bgrads[e].bit_equal(Tensor::zeros({c.out}, dt))) << "empty expert " << e;
+    }
+  }
+}
+
+TEST_F(KernelsTest, MatchReferenceOnEdgeCases) {
+  for (const Case& c : cases()) {
+    for (DType dt : {DType::F32, DType::BF16}) check_against_reference(c, dt);
+  }
+}
+
+TEST_F(KernelsTest, PortableKernelsMatchReference) {
+  kernels::force_portable_kernels(true);
+  ASSERT_STREQ(kernels::micro_kernels().name, "portable");
+  for (const Case& c : cases()) check_against_reference(c, DType::F32);
+  check_against_reference(cases()[1], DType::BF16);
+}
+
+TEST_F(KernelsTest, SameBitsForOneTwoAndThreeThreads) {
+  for (const Case& c : cases()) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      kernels::set_num_threads(1);
+      Problem one(c, dt, false);
+      one.run(c);
+      for (int threads : {2, 3}) {
+        kernels::set_num_threads(threads);
+        Problem many(c, dt, false);
+        many.run(c);
+        expect_bit_equal(one, many, c.name + " " + std::to_string(threads) + " threads");
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, SameBitsForSeparateAndStackedWeightsAndEveryRun) {
+  for (const Case& c : cases()) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      Problem separate(c, dt, false), stacked(c, dt, true), again(c, dt, false);
+      separate.run(c);
+      stacked.run(c);
+      again.run(c);
+      expect_bit_equal(separate, stacked, c.name + " stacked");
+      expect_bit_equal(separate, again, c.name + " second run");
+    }
+  }
+}
+
+// BF16 operands are widened exactly and the F32 result rounded once: the BF16 results are the
+// F32 results on the widened values, rounded to nearest even.
+TEST_F(KernelsTest, Bf16IsF32OnWidenedValuesRoundedOnce) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Problem b(c, DType::BF16, false);
+    b.run(c);
+    Problem f(c, DType::F32, false);
+    f.x = b.x.to(DType::F32);
+    f.dy = b.dy.to(DType::F32);
+    for (size_t e = 0; e < c.splits.size(); ++e) {
+      f.weights[e] = b.weights[e].to(DType::F32);
+      if (c.bias) f.biases[e] = b.biases[e].to(DType::F32);
+    }
+    f.run(c);
+    EXPECT_TRUE(f.y.to(DType::BF16).bit_equal(b.y));
+    EXPECT_TRUE(f.dx.to(DType::BF16).bit_equal(b.dx));
+    for (size_t e = 0; e < c.splits.size(); ++e) {
+      EXPECT_TRUE(f.wgrads[e].to(DType::BF16).bit_equal(b.wgrads[e])) << e;
+      EXPECT_TRUE(f.bgrads[e].to(DType::BF16).bit_equal(b.bgrads[e])) << e;
+    }
+  }
+}
+
+// Accumulating adds the gradient the non-accumulating call writes, in one F32 addition, and
+// leaves experts without rows untouched.
+TEST_F(KernelsTest, AccumulateAddsTheFreshGradient) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Problem p(c, DType::F32, false);
+    kernels::grouped_wgrad(p.x, p.dy, c.splits, p.wgrads, false);
+    std::vector<Tensor> main_grads, before;
+    for (size_t e = 0; e < c.splits.size(); ++e) {
+      main_grads.push_back(random_tensor({c.out, c.in}, DType::F32, 900 + e));
+      before.push_back(main_grads.back().clone());
+    }
+    kernels::grouped_wgrad(p.x, p.dy, c.splits, main_grads, true);
+    for (size_t e = 0; e < c.splits.size(); ++e) {
+      const float* old = before[e].data_as<float>();
+      const float* fresh = p.wgrads[e].data_as<float>();
+      const float* got = main_grads[e].data_as<float>();
+      int wrong = 0;
+      for (int64_t i = 0; i < main_grads[e].numel(); ++i) {
+        const float want = c.splits[e] == 0 ? old[i] : old[i] + fresh[i];
+        wrong += std::memcmp(&want, &got[i], sizeof want) != 0;
+      }
+      EXPECT_EQ(wrong, 0) << "expert " << e;
+    }
+  }
+}
+
+// The plan never changes results: running the tiles of a coarse and of the finest plan gives the
+// same bits (for dgrad the fine plan takes the unpacked fma_rows path, the coarse one the packed
+// outer-product path).
+TEST_F(KernelsTest, TilingDoesNotChangeResults) {
+  const Case c = cases()[1];
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Problem p(c, dt, false);
+    kernels::DgradArgs dg;
+    dg.dy = {p.dy.data(), dt, c.out};
+    dg.out_features = c.out;
+    kernels::ForwardArgs fw;
+    fw.x = {p.x.data(), dt, c.in};
+    fw.in_features = c.in;
+    fw.expert_rows = c.splits;
+    std::vector<kernels::ExpertBlock> dblocks, fblocks;
+    const std::vector<int64_t> first = first_rows(c.splits);
+    for (size_t e = 0; e < c.splits.size(); ++e) {
+      dg.weights.push_back({p.weights[e].data(), dt, c.in});
+      fw.weights.push_back({p.weights[e].data(), dt, c.in});
+      dblocks.push_back({first[e], c.splits[e], c.in, c.out, 0, {}});
+      fblocks.push_back({first[e], c.splits[e], c.out, c.in, 0, {}});
+    }
+    std::vector<Tensor> dxs, ys;
+    for (kernels::TileShape shape : {kernels::TileShape{96, 256, 6, 16}, kernels::TileShape{1, 1, 1, 1},
+                                     kernels::TileShape{12, 48, 6, 16}}) {
+      for (auto& b : dblocks) b.shape = shape;
+      for (auto& b : fblocks) b.shape = shape;
+      Tensor dx = Tensor::zeros(p.dx.shape(), dt), y = Tensor::zeros(p.y.shape(), dt);
+      dg.dx = {dx.mutable_data(), dt, c.in};
+      fw.y = {y.mutable_data(), dt, c.out};
+      const kernels::TilePlan dplan = kernels::plan_tiles(dblocks), fplan = kernels::plan_tiles(fblocks);
+      std::vector<float> scratch(std::max(kernels::scratch_floats(dplan),
+                                          kernels::scratch_floats(fplan)) + 64);
+      float* aligned = scratch.data();
+      while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+      for (const kernels::Tile& t : dplan.tiles) kernels::dgrad_tile(dg, t, nullptr, aligned);
+      for (const kernels::Tile& t : fplan.tiles) kernels::forward_tile(fw, t, &fplan.tiles[0], aligned);
+      dxs.push_back(dx);
+      ys.push_back(y);
+    }
+    for (size_t i = 1; i < dxs.size(); ++i) {
+      EXPECT_TRUE(dxs[i].bit_equal(dxs[0])) << "dgrad, plan " << i;
+      EXPECT_TRUE(ys[i].bit_equal(ys[0])) << "forward, plan " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace grouplin::kernel_test

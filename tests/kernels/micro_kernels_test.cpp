@@ -1,0 +1,159 @@
+// The micro-kernels: each AVX2 routine against the portable one (bitwise for data movement and
+// rounding, the same operation order where the header promises it), and the properties the
+// tiling relies on: an element gets the same bits in an edge tile as in a full tile, and the
+// unpacked fma_rows path equals the packed outer-product path.
+#include "kernels/micro_kernels.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "grouplin/dtype.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class MicroKernelsTest : public ::testing::Test {
+ protected:
+  void TearDown() override { force_portable_kernels(false); }
+  const MicroKernels& portable() {
+    force_portable_kernels(true);
+    const MicroKernels& p = micro_kernels();
+    force_portable_kernels(false);
+    return p;
+  }
+};
+
+TEST_F(MicroKernelsTest, NarrowMatchesScalarConversionOnSpecialAndRandomValues) {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* tie, even */,
+                          1.01171875f /* tie, odd */, 3.4e38f, -3.4e38f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::denorm_min(), 1e-40f};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 5000; ++i) {
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    v.push_back(f);
+  }
+  std::vector<uint16_t> got(v.size()), ported(v.size());
+  micro_kernels().narrow_bf16(v.data(), got.data(), static_cast<int64_t>(v.size()));
+  portable().narrow_bf16(v.data(), ported.data(), static_cast<int64_t>(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(got[i], f32_to_bf16(v[i])) << "value " << i;
+    ASSERT_EQ(ported[i], got[i]) << "value " << i;
+  }
+  std::vector<float> back(v.size());
+  micro_kernels().widen_bf16(got.data(), back.data(), static_cast<int64_t>(got.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float want = bf16_to_f32(got[i]);
+    ASSERT_EQ(std::memcmp(&back[i], &want, 4), 0) << "value " << i;
+  }
+}
+
+TEST_F(MicroKernelsTest, PackTransposedMatchesPortable) {
+  for (int width : {kOuterRows, kOuterCols}) {
+    for (int rows : {1, 5, width}) {
+      for (int64_t kc : {1, 7, 8, 21, 64}) {
+        const int64_t ld = kc + 3;
+        const std::vector<float> src = random_floats(static_cast<size_t>(rows * ld), 11);
+        std::vector<uint16_t> half(src.size());
+        micro_kernels().narrow_bf16(src.data(), half.data(), static_cast<int64_t>(src.size()));
+        for (bool bf16 : {false, true}) {
+          const void* p = bf16 ? static_cast<const void*>(half.data()) : src.data();
+          std::vector<float> a(static_cast<size_t>(kc * width + 8), -7.0f), b = a;
+          micro_kernels().pack_transposed(p, bf16, ld, rows, kc, a.data(), width);
+          portable().pack_transposed(p, bf16, ld, rows, kc, b.data(), width);
+          a.resize(static_cast<size_t>(kc * width));
+          b.resize(a.size());
+          EXPECT_TRUE(same_bits(a, b)) << width << " " << rows << " " << kc << " " << bf16;
+        }
+      }
+    }
+  }
+}
+
+// A 4 x 3 tile computes each element as the 1 x 1 tile of the same operands does.
+TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
+  for (int64_t kc : {1, 8, 13, 100}) {
+    const std::vector<float> a = random_floats(static_cast<size_t>(4 * kc), 1);
+    const std::vector<float> b = random_floats(static_cast<size_t>(3 * kc), 2);
+    std::vector<float> full(12, 0.5f), single(12, 0.5f);
+    micro_kernels().dot_tile(4, 3, kc, a.data(), kc, b.data(), kc, full.data(), 3);
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        micro_kernels().dot_tile(1, 1, kc, a.data() + i * kc, kc, b.data() + j * kc, kc,
+                                 single.data() + i * 3 + j, 3);
+      }
+    }
+    EXPECT_TRUE(same_bits(full, single)) << kc;
+  }
+}
+
+// fma_rows (unpacked) and outer_6x16 (packed panels) form the same chain of fused multiply-adds,
+// and splitting the depth into blocks does not change it.
+TEST_F(MicroKernelsTest, FmaRowsEqualsOuterProductAndDepthBlocking) {
+  const int64_t depth = 37;
+  const std::vector<float> a = random_floats(static_cast<size_t>(kOuterRows * depth), 3);  // [6][depth]
+  const std::vector<float> b = random_floats(static_cast<size_t>(depth * kOuterCols), 4);  // [depth][16]
+  std::vector<float> ap(static_cast<size_t>(depth * kOuterRows));
+  for (int64_t p = 0; p < depth; ++p) {
+    for (int i = 0; i < kOuterRows; ++i) ap[static_cast<size_t>(p * kOuterRows + i)] = a[static_cast<size_t>(i * depth + p)];
+  }
+  alignas(32) float bp[depth * kOuterCols];
+  std::memcpy(bp, b.data(), sizeof bp);
+  std::vector<float> outer(kOuterRows * kOuterCols, 0.25f), rows = outer, blocked = outer;
+  micro_kernels().outer_6x16(depth, ap.data(), 1, kOuterRows, bp, outer.data(), kOuterCols, true);
+  micro_kernels().fma_rows(kOuterRows, depth, a.data(), depth, b.data(), kOuterCols, kOuterCols,
+                           rows.data(), kOuterCols);
+  micro_kernels().outer_6x16(20, ap.data(), 1, kOuterRows, bp, blocked.data(), kOuterCols, true);
+  micro_kernels().outer_6x16(depth - 20, ap.data() + 20 * kOuterRows, 1, kOuterRows,
+                             bp + 20 * kOuterCols, blocked.data(), kOuterCols, true);
+  EXPECT_TRUE(same_bits(outer, rows));
+  EXPECT_TRUE(same_bits(outer, blocked));
+  // Starting from +0 without reading c equals accumulating onto zeros, whatever c held.
+  std::vector<float> fresh(kOuterRows * kOuterCols, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> zeros(kOuterRows * kOuterCols, 0.0f);
+  micro_kernels().outer_6x16(depth, ap.data(), 1, kOuterRows, bp, fresh.data(), kOuterCols, false);
+  micro_kernels().outer_6x16(depth, ap.data(), 1, kOuterRows, bp, zeros.data(), kOuterCols, true);
+  // Rows read in place (a_row = depth, a_step = 1) equal the packed panel.
+  std::vector<float> in_place(kOuterRows * kOuterCols, 0.25f);
+  micro_kernels().outer_6x16(depth, a.data(), depth, 1, bp, in_place.data(), kOuterCols, true);
+  EXPECT_TRUE(same_bits(outer, in_place));
+  EXPECT_TRUE(same_bits(fresh, zeros));
+}
+
+// fma_rows leaves columns past `cols` untouched (its masked tail).
+TEST_F(MicroKernelsTest, FmaRowsWritesOnlyItsColumns) {
+  for (int64_t cols : {1, 7, 8, 9, 33}) {
+    const std::vector<float> a = random_floats(4, 5), b = random_floats(static_cast<size_t>(2 * 40), 6);
+    std::vector<float> c(static_cast<size_t>(2 * 40), 9.0f);
+    micro_kernels().fma_rows(2, 2, a.data(), 2, b.data(), 40, cols, c.data(), 40);
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t j = cols; j < 40; ++j) EXPECT_EQ(c[static_cast<size_t>(r * 40 + j)], 9.0f) << cols;
+      for (int64_t j = 0; j < cols; ++j) EXPECT_NE(c[static_cast<size_t>(r * 40 + j)], 9.0f) << cols;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace grouplin::kernels

@@ -1,0 +1,111 @@
+// The kernels' thread pool: every task runs once, workers are exclusive, errors propagate, nested
+// and concurrent runs fall back to the calling thread, and the thread count is validated.
+#include "kernels/thread_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "grouplin/error.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+class ThreadPoolTest : public ::testing::Test {
+ protected:
+  void TearDown() override { set_num_threads(saved_); }
+  int saved_ = num_threads();
+};
+
+TEST_F(ThreadPoolTest, EveryTaskRunsOnceOnExclusiveWorkers) {
+  for (int threads : {1, 2, 4}) {
+    set_num_threads(threads);
+    const size_t count = 1000;
+    const int workers = workers_for(count);
+    EXPECT_EQ(workers, threads);
+    std::vector<std::atomic<int>> runs(count);
+    std::vector<std::atomic<int>> busy(static_cast<size_t>(workers));
+    std::atomic<bool> clash{false};
+    run_tasks(count, workers, [&](size_t task, int worker) {
+      ASSERT_GE(worker, 0);
+      ASSERT_LT(worker, workers);
+      if (busy[static_cast<size_t>(worker)].fetch_add(1) != 0) clash = true;
+      runs[task].fetch_add(1);
+      busy[static_cast<size_t>(worker)].fetch_sub(1);
+    });
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(runs[i].load(), 1) << i;
+    EXPECT_FALSE(clash.load()) << "two tasks ran at once on one worker";
+  }
+}
+
+TEST_F(ThreadPoolTest, WorkersNeverExceedTasks) {
+  set_num_threads(4);
+  EXPECT_EQ(workers_for(0), 1);
+  EXPECT_EQ(workers_for(1), 1);
+  EXPECT_EQ(workers_for(3), 3);
+  EXPECT_EQ(workers_for(100), 4);
+}
+
+TEST_F(ThreadPoolTest, FirstExceptionIsRethrownAndThePoolStillWorks) {
+  set_num_threads(2);
+  EXPECT_THROW(run_tasks(100, 2,
+                         [](size_t task, int) {
+                           if (task == 17) throw std::runtime_error("task 17");
+                         }),
+               std::runtime_error);
+  std::atomic<int> n{0};
+  run_tasks(50, 2, [&](size_t, int) { ++n; });
+  EXPECT_EQ(n.load(), 50);
+}
+
+TEST_F(ThreadPoolTest, NestedRunsExecuteOnTheCallingThread) {
+  set_num_threads(2);
+  std::atomic<int> inner{0};
+  run_tasks(4, 2, [&](size_t, int) {
+    run_tasks(10, 2, [&](size_t, int worker) {
+      EXPECT_EQ(worker, 0);
+      ++inner;
+    });
+  });
+  EXPECT_EQ(inner.load(), 40);
+}
+
+TEST_F(ThreadPoolTest, ConcurrentCallersAllComplete) {
+  set_num_threads(2);
+  std::atomic<int> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep) run_tasks(20, 2, [&](size_t, int) { ++total; });
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(total.load(), 4 * 50 * 20);
+}
+
+TEST_F(ThreadPoolTest, ThreadCountIsValidated) {
+  try {
+    set_num_threads(0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  }
+  EXPECT_THROW(set_num_threads(257), Error);
+  EXPECT_EQ(threads_from_environment("3"), 3);
+  EXPECT_GE(threads_from_environment(nullptr), 1);
+  for (const char* bad : {"", "0", "-1", "2x", "257", " 2"}) {
+    try {
+      threads_from_environment(bad);
+      FAIL() << "accepted \"" << bad << "\"";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidEnvironment);
+      EXPECT_NE(std::string(e.what()).find("GROUPLIN_NUM_THREADS"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace grouplin::kernels

@@ -1,0 +1,446 @@
+// grouplin bench: GroupLin's grouped GEMM (forward, dgrad, wgrad, bgrad; F32 and BF16 params)
+// against one dense OpenBLAS sgemm of the same total work, the plain per-expert OpenBLAS loop and
+// a memory copy, all measured side by side in one run: every repetition runs each variant once,
+// in turn, and each variant keeps its best time.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grouplin/bench_baselines.hpp"
+#include "grouplin/commands.hpp"
+#include "grouplin/grouplin.hpp"
+#include "kernels/grouped_gemm.hpp"
+#include "kernels/micro_kernels.hpp"
+#include "kernels/thread_pool.hpp"
+
+namespace grouplin::cli {
+namespace {
+
+// MoE shapes of REFERENCE.md §D (fc1: in = hidden, out = expert ffn). The default run scales
+// them down to finish in minutes; --full-size uses the sizes in the comments.
+struct BenchShape {
+  const char* name;
+  int64_t experts, in, out;
+  bool bias;
+};
+constexpr BenchShape kDefaultShapes[] = {
+    {"mixtral", 8, 1024, 896, false},   // full size: 8 x 4096 x 3584 (ffn 14336 / 4)
+    {"qwen3", 128, 1024, 384, false},   // full size: 128 x 2048 x 768
+    {"olmoe", 64, 1024, 512, false},    // full size: 64 x 2048 x 1024
+    {"deepseek", 32, 1792, 512, false}, // full size: 32 x 7168 x 2048 (256 experts / 8)
+    {"gptoss", 32, 960, 960, true},     // full size: 32 x 2880 x 2880 (128 experts / 4), bias
+};
+constexpr BenchShape kFullShapes[] = {
+    {"mixtral", 8, 4096, 3584, false}, {"qwen3", 128, 2048, 768, false},
+    {"olmoe", 64, 2048, 1024, false},  {"deepseek", 32, 7168, 2048, false},
+    {"gptoss", 32, 2880, 2880, true},
+};
+
+const std::vector<std::string> kShapeNames = {"mixtral", "qwen3", "olmoe", "deepseek", "gptoss"};
+const std::vector<std::string> kRoutingNames = {"uniform", "skewed", "empty25", "one"};
+const std::vector<std::string> kOpNames = {"forward", "dgrad", "wgrad", "bgrad"};
+const std::vector<std::string> kDTypeNames = {"f32", "bf16"};
+
+// Mean rows per active expert below which a case counts as memory-bound: the weights (or weight
+// gradients) then carry fewer than 8 flops per F32 byte, about this machine's flops-to-bandwidth
+// balance (~200 GF/s over ~25 GB/s).
+constexpr double kMemoryBoundRows = 16.0;
+
+struct BenchConfig {
+  std::vector<std::string> shapes = kShapeNames;
+  std::vector<int64_t> rows = {16, 256, 4096, 16384};
+  std::vector<std::string> routings = kRoutingNames;
+  std::vector<std::string> ops = kOpNames;
+  std::vector<std::string> dtypes = kDTypeNames;
+  int reps = 2;
+  int threads = 0;  // 0: GroupLin's default
+  bool json = false;
+  bool quick = false;
+  bool full_size = false;
+  std::string plot_data;
+};
+
+// Rows per expert: uniform (remainder to the first experts), skewed (half to expert 0, the rest
+// uniform over the others), empty25 (every fourth expert empty, the rest uniform), one (all rows
+// to expert 0).
+std::vector<int64_t> make_splits(const std::string& routing, int64_t experts, int64_t rows) {
+  std::vector<int64_t> splits(static_cast<size_t>(experts), 0);
+  std::vector<size_t> takers;
+  int64_t left = rows;
+  if (routing == "one" || experts == 1) {
+    splits[0] = rows;
+    return splits;
+  }
+  if (routing == "skewed") {
+    splits[0] = rows / 2;
+    left -= rows / 2;
+  }
+  for (size_t e = 0; e < splits.size(); ++e) {
+    if (routing == "skewed" && e == 0) continue;
+    if (routing == "empty25" && e % 4 == 3) continue;
+    takers.push_back(e);
+  }
+  const auto n = static_cast<int64_t>(takers.size());
+  for (int64_t i = 0; i < n; ++i) splits[takers[static_cast<size_t>(i)]] += left / n + (i < left % n ? 1 : 0);
+  return splits;
+}
+
+// Deterministic values in [-1, 1): cheap enough to fill gigabytes.
+Tensor filled(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::zeros(shape, DType::F32);
+  float* p = t.mutable_data_as<float>();
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = static_cast<float>(static_cast<int64_t>(s >> 40) - (int64_t{1} << 23)) * 0x1p-23f;
+  }
+  return t;
+}
+
+std::vector<Tensor> experts_of(const Tensor& stacked) {
+  std::vector<Tensor> v;
+  for (int64_t e = 0; e < stacked.dim(0); ++e) v.push_back(stacked.select(e));
+  return v;
+}
+
+// All tensors of one shape, F32 and BF16, sized for the largest row count.
+struct ShapeData {
+  Tensor w[2], b[2], x[2], dy[2], y[2], dx[2], dw[2], db[2], copy_dst;
+  std::vector<Tensor> we[2], be[2], dwe[2], dbe[2];
+
+  ShapeData(const BenchShape& s, int64_t max_rows) {
+    const Tensor w32 = filled({s.experts, s.out, s.in}, 1), b32 = filled({s.experts, s.out}, 2);
+    const Tensor x32 = filled({max_rows, s.in}, 3), dy32 = filled({max_rows, s.out}, 4);
+    for (int d = 0; d < 2; ++d) {
+      const DType dt = d == 0 ? DType::F32 : DType::BF16;
+      w[d] = w32.to(dt);
+      b[d] = b32.to(dt);
+      x[d] = x32.to(dt);
+      dy[d] = dy32.to(dt);
+      y[d] = Tensor::zeros({max_rows, s.out}, dt);
+      dx[d] = Tensor::zeros({max_rows, s.in}, dt);
+      dw[d] = Tensor::zeros({s.experts, s.out, s.in}, dt);
+      db[d] = Tensor::zeros({s.experts, s.out}, dt);
+      we[d] = experts_of(w[d]);
+      be[d] = experts_of(b[d]);
+      dwe[d] = experts_of(dw[d]);
+      dbe[d] = experts_of(db[d]);
+    }
+    copy_dst = Tensor::zeros({s.experts, s.out, s.in}, DType::F32);
+  }
+};
+
+constexpr double kNotRun = std::numeric_limits<double>::infinity();
+
+double gflops(double flops, double s) { return s == kNotRun ? 0.0 : flops / s * 1e-9; }
+double gbytes(double bytes, double s) { return s == kNotRun ? 0.0 : bytes / s * 1e-9; }
+double ratio(double a_s, double b_s) { return a_s == kNotRun || b_s == kNotRun ? 0.0 : b_s / a_s; }
+
+struct CaseResult {
+  std::string shape, routing, op;
+  int64_t experts = 0, in = 0, out = 0, rows = 0, active = 0;
+  double flops = 0;
+  bool memory_bound = false;
+  double dense_s = kNotRun;
+  double loop_s[2] = {kNotRun, kNotRun};
+  double grouplin_s[2] = {kNotRun, kNotRun};
+  double copy_s[2] = {kNotRun, kNotRun};
+  double traffic_bytes[2] = {0, 0};  // weights (or gradients, or dy for bgrad) streamed
+  double copy_bytes[2] = {0, 0};     // what the copy variant copied
+
+  double copy_gbytes(int dt) const { return gbytes(copy_bytes[dt], copy_s[dt]); }
+  double grouplin_gbytes(int dt) const { return gbytes(traffic_bytes[dt], grouplin_s[dt]); }
+  double vs_copy(int dt) const {
+    return copy_gbytes(dt) > 0 ? grouplin_gbytes(dt) / copy_gbytes(dt) : 0.0;
+  }
+};
+
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+
+CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::string& routing,
+                    const std::string& op, const BenchConfig& c) {
+  CaseResult r{s.name, routing, op, s.experts, s.in, s.out, rows};
+  const std::vector<int64_t> splits = make_splits(routing, s.experts, rows);
+  r.active = std::count_if(splits.begin(), splits.end(), [](int64_t m) { return m > 0; });
+  const double k_n = static_cast<double>(s.in) * static_cast<double>(s.out);
+  r.flops = op == "bgrad" ? static_cast<double>(rows) * static_cast<double>(s.out)
+                          : 2.0 * static_cast<double>(rows) * k_n;
+  const bool f32 = std::find(c.dtypes.begin(), c.dtypes.end(), "f32") != c.dtypes.end();
+  const bool bf16 = std::find(c.dtypes.begin(), c.dtypes.end(), "bf16") != c.dtypes.end();
+  // Bytes that must stream: the active experts' weights (forward, dgrad), every expert's weight
+  // gradient (wgrad), the rows of dy (bgrad).
+  for (int dt = 0; dt < 2; ++dt) {
+    const double elem = dt == 0 ? 4.0 : 2.0;
+    r.traffic_bytes[dt] = op == "bgrad"   ? elem * static_cast<double>(rows) * static_cast<double>(s.out)
+                          : op == "wgrad" ? elem * k_n * static_cast<double>(s.experts)
+                                          : elem * k_n * static_cast<double>(r.active);
+  }
+  const double rows_per_expert = static_cast<double>(rows) /
+                                 static_cast<double>(op == "wgrad" ? s.experts : r.active);
+  r.memory_bound = op == "bgrad" || rows_per_expert < kMemoryBoundRows;
+
+  std::vector<std::pair<double*, std::function<void()>>> variants;
+  Tensor x[2], dy[2], y[2], dx[2];
+  for (int dt = 0; dt < 2; ++dt) {
+    x[dt] = d.x[dt].rows(0, rows);
+    dy[dt] = d.dy[dt].rows(0, rows);
+    y[dt] = d.y[dt].rows(0, rows);
+    dx[dt] = d.dx[dt].rows(0, rows);
+  }
+  std::span<const Tensor> no_bias;
+  if (op != "bgrad") {
+    Tensor dw0 = d.dwe[0][0];
+    variants.push_back({&r.dense_s, [&, dw0]() mutable {
+                          if (op == "forward") bench::dense_forward(x[0], d.we[0][0], y[0]);
+                          if (op == "dgrad") bench::dense_dgrad(dy[0], d.we[0][0], dx[0]);
+                          if (op == "wgrad") bench::dense_wgrad(x[0], dy[0], dw0);
+                        }});
+  }
+  for (int dt = 0; dt < 2; ++dt) {
+    if ((dt == 0 && !f32) || (dt == 1 && !bf16)) continue;
+    std::span<const Tensor> biases = s.bias ? std::span<const Tensor>(d.be[dt]) : no_bias;
+    variants.push_back({&r.loop_s[dt], [&, dt, biases] {
+                          if (op == "forward") bench::loop_forward(x[dt], splits, d.we[dt], biases, y[dt]);
+                          if (op == "dgrad") bench::loop_dgrad(dy[dt], splits, d.we[dt], dx[dt]);
+                          if (op == "wgrad") bench::loop_wgrad(x[dt], dy[dt], splits, d.dwe[dt]);
+                          if (op == "bgrad") bench::loop_bgrad(dy[dt], splits, d.dbe[dt]);
+                        }});
+    variants.push_back({&r.grouplin_s[dt], [&, dt, biases] {
+                          if (op == "forward") kernels::grouped_forward(x[dt], splits, d.we[dt], biases, y[dt]);
+                          if (op == "dgrad") kernels::grouped_dgrad(dy[dt], splits, d.we[dt], dx[dt]);
+                          if (op == "wgrad") kernels::grouped_wgrad(x[dt], dy[dt], splits, d.dwe[dt], false);
+                          if (op == "bgrad") kernels::grouped_bgrad(dy[dt], splits, d.dbe[dt]);
+                        }});
+    if (r.memory_bound) {
+      const size_t bytes = std::min(static_cast<size_t>(r.traffic_bytes[dt]), d.copy_dst.nbytes());
+      r.copy_bytes[dt] = static_cast<double>(bytes);
+      variants.push_back({&r.copy_s[dt], [&d, bytes] {
+                            bench::parallel_copy(d.w[0].data(), d.copy_dst.mutable_data(), bytes);
+                          }});
+    }
+  }
+  for (int rep = 0; rep < c.reps; ++rep) {
+    for (auto& [best, run] : variants) *best = std::min(*best, seconds_of(run));
+  }
+  return r;
+}
+
+nlohmann::json to_json(const CaseResult& r) {
+  nlohmann::json j = {{"shape", r.shape},        {"experts", r.experts},
+                      {"in", r.in},              {"out", r.out},
+                      {"rows", r.rows},          {"routing", r.routing},
+                      {"op", r.op},              {"active_experts", r.active},
+                      {"rows_per_expert", static_cast<double>(r.rows) / static_cast<double>(r.experts)},
+                      {"memory_bound", r.memory_bound}};
+  if (r.dense_s != kNotRun) j["dense_gflops"] = gflops(r.flops, r.dense_s);
+  for (int dt = 0; dt < 2; ++dt) {
+    if (r.grouplin_s[dt] == kNotRun) continue;
+    nlohmann::json v = {{"grouplin_gflops", gflops(r.flops, r.grouplin_s[dt])},
+                        {"loop_gflops", gflops(r.flops, r.loop_s[dt])},
+                        {"vs_loop", ratio(r.grouplin_s[dt], r.loop_s[dt])}};
+    if (r.dense_s != kNotRun) v["vs_dense"] = ratio(r.grouplin_s[dt], r.dense_s);
+    if (r.memory_bound) {
+      v["grouplin_gbytes"] = r.grouplin_gbytes(dt);
+      v["copy_gbytes"] = r.copy_gbytes(dt);
+      v["vs_copy"] = r.vs_copy(dt);
+    }
+    if (dt == 1 && r.grouplin_s[0] != kNotRun) v["vs_f32"] = ratio(r.grouplin_s[1], r.grouplin_s[0]);
+    j[dt == 0 ? "f32" : "bf16"] = v;
+  }
+  return j;
+}
+
+void print_header() {
+  std::printf("%-8s %6s %-8s %-7s %7s %7s | %-29s | %-35s\n", "shape", "rows", "routing", "op",
+              "rows/ex", "dense", "F32 GF/s: loop grplin xdns xloop",
+              "BF16 GF/s: loop grplin xdns xloop xf32");
+}
+
+void print_row(const CaseResult& r) {
+  std::printf("%-8s %6lld %-8s %-7s %7.2f %7.1f |", r.shape.c_str(), static_cast<long long>(r.rows),
+              r.routing.c_str(), r.op.c_str(),
+              static_cast<double>(r.rows) / static_cast<double>(r.experts),
+              gflops(r.flops, r.dense_s));
+  for (int dt = 0; dt < 2; ++dt) {
+    std::printf(" %6.1f %6.1f %4.2f %5.2f", gflops(r.flops, r.loop_s[dt]),
+                gflops(r.flops, r.grouplin_s[dt]), ratio(r.grouplin_s[dt], r.dense_s),
+                ratio(r.grouplin_s[dt], r.loop_s[dt]));
+    if (dt == 1) std::printf(" %4.2f", ratio(r.grouplin_s[1], r.grouplin_s[0]));
+    std::printf(" |");
+  }
+  if (r.memory_bound) {
+    std::printf(" mem GB/s f32 %.1f (copy %.1f, x%.2f) bf16 %.1f (copy %.1f, x%.2f)",
+                r.grouplin_gbytes(0), r.copy_gbytes(0), r.vs_copy(0), r.grouplin_gbytes(1),
+                r.copy_gbytes(1), r.vs_copy(1));
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// One line per goal of issue 6: how many cases meet it and the worst case.
+struct Goal {
+  Goal(const char* text_in, double target_in) : text(text_in), target(target_in) {}
+
+  const char* text;
+  double target;
+  int met = 0, total = 0;
+  double worst = std::numeric_limits<double>::infinity();
+  std::string worst_case;
+
+  void add(double value, const CaseResult& r, const char* dtype) {
+    if (value <= 0) return;
+    ++total;
+    if (value >= target) ++met;
+    if (value < worst) {
+      worst = value;
+      worst_case = r.shape + " rows " + std::to_string(r.rows) + " " + r.routing + " " + r.op +
+                   " " + dtype;
+    }
+  }
+};
+
+std::vector<Goal> evaluate(const std::vector<CaseResult>& results) {
+  std::vector<Goal> goals = {{"forward >= 0.90 x dense (>= 32 rows/expert)", 0.90},
+                             {"dgrad, wgrad >= 0.85 x dense (>= 32 rows/expert)", 0.85},
+                             {"memory-bound >= 0.80 x copy bandwidth", 0.80},
+                             {"BF16 >= 0.80 x F32", 0.80},
+                             {"never slower than the loop", 1.00}};
+  for (const CaseResult& r : results) {
+    const double per_expert = static_cast<double>(r.rows) / static_cast<double>(r.experts);
+    for (int dt = 0; dt < 2; ++dt) {
+      const char* name = dt == 0 ? "f32" : "bf16";
+      if (r.grouplin_s[dt] == kNotRun) continue;
+      if (per_expert >= 32 && r.op == "forward") goals[0].add(ratio(r.grouplin_s[dt], r.dense_s), r, name);
+      if (per_expert >= 32 && (r.op == "dgrad" || r.op == "wgrad")) {
+        goals[1].add(ratio(r.grouplin_s[dt], r.dense_s), r, name);
+      }
+      if (r.memory_bound) goals[2].add(r.vs_copy(dt), r, name);
+      if (dt == 1) goals[3].add(ratio(r.grouplin_s[1], r.grouplin_s[0]), r, name);
+      goals[4].add(ratio(r.grouplin_s[dt], r.loop_s[dt]), r, name);
+    }
+  }
+  return goals;
+}
+
+std::string machine_description() {
+  std::string cpu = "unknown CPU";
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f)) {
+      std::string s(line);
+      if (s.rfind("model name", 0) == 0) {
+        cpu = s.substr(s.find(':') + 2);
+        cpu.erase(cpu.find_last_not_of("\n") + 1);
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  double load = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+    std::fclose(f);
+  }
+  char text[768];
+  std::snprintf(text, sizeof text, "%s, %u hardware threads, %d GroupLin threads, kernels %s, %s, load %.2f",
+                cpu.c_str(), std::thread::hardware_concurrency(), kernels::num_threads(),
+                kernels::micro_kernels().name, bench::blas_description(), load);
+  return text;
+}
+
+void run_bench(BenchConfig c) {
+  if (c.quick) {
+    c.rows = {16, 256};
+    c.routings = {"uniform", "skewed"};
+    c.reps = 1;
+  }
+  if (c.threads > 0) bench::set_threads(c.threads);
+  const std::string machine = machine_description();
+  if (!c.json) std::printf("grouplin bench: %s\n\n", machine.c_str());
+  std::vector<CaseResult> results;
+  if (!c.json) print_header();
+  for (const std::string& name : c.shapes) {
+    BenchShape s = *std::find_if(std::begin(kDefaultShapes), std::end(kDefaultShapes),
+                                 [&](const BenchShape& b) { return name == b.name; });
+    if (c.full_size) {
+      s = *std::find_if(std::begin(kFullShapes), std::end(kFullShapes),
+                        [&](const BenchShape& b) { return name == b.name; });
+    }
+    if (c.quick) {
+      s.in /= 4;
+      s.out /= 4;
+    }
+    ShapeData data(s, *std::max_element(c.rows.begin(), c.rows.end()));
+    for (int64_t rows : c.rows) {
+      for (const std::string& routing : c.routings) {
+        for (const std::string& op : c.ops) {
+          results.push_back(run_case(s, data, rows, routing, op, c));
+          if (!c.json) print_row(results.back());
+        }
+      }
+    }
+  }
+  const std::vector<Goal> goals = evaluate(results);
+  if (c.json) {
+    nlohmann::json out = {{"machine", machine}, {"reps", c.reps}, {"results", nlohmann::json::array()}};
+    for (const CaseResult& r : results) out["results"].push_back(to_json(r));
+    for (const Goal& g : goals) {
+      out["goals"].push_back({{"goal", g.text}, {"met", g.met}, {"cases", g.total},
+                              {"worst", g.total ? g.worst : 0.0}, {"worst_case", g.worst_case}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("\ngoals (best of %d interleaved repetitions per variant):\n", c.reps);
+    for (const Goal& g : goals) {
+      std::printf("  %-50s %3d of %3d cases; worst %.2f (%s)\n", g.text, g.met, g.total,
+                  g.total ? g.worst : 0.0, g.worst_case.c_str());
+    }
+  }
+  if (!c.plot_data.empty()) {
+    FILE* f = std::fopen(c.plot_data.c_str(), "w");
+    if (f == nullptr) throw Error(ErrorCode::IoError, "bench: cannot write \"" + c.plot_data + "\"");
+    std::fprintf(f, "# shape rows routing op rows_per_expert dense loop_f32 grouplin_f32 loop_bf16 grouplin_bf16 (GF/s)\n");
+    for (const CaseResult& r : results) {
+      std::fprintf(f, "%s %lld %s %s %g %g %g %g %g %g\n", r.shape.c_str(), static_cast<long long>(r.rows),
+                   r.routing.c_str(), r.op.c_str(), static_cast<double>(r.rows) / static_cast<double>(r.experts),
+                   gflops(r.flops, r.dense_s), gflops(r.flops, r.loop_s[0]),
+                   gflops(r.flops, r.grouplin_s[0]), gflops(r.flops, r.loop_s[1]),
+                   gflops(r.flops, r.grouplin_s[1]));
+    }
+    std::fclose(f);
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto c = std::make_shared<BenchConfig>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Measure the grouped GEMM against one dense GEMM, a per-expert loop and a memory copy");
+  cmd->add_option("--shapes", c->shapes, "MoE shapes")->delimiter(',')->check(CLI::IsMember(kShapeNames));
+  cmd->add_option("--rows", c->rows, "total rows T")->delimiter(',')->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--routing", c->routings, "routings")->delimiter(',')->check(CLI::IsMember(kRoutingNames));
+  cmd->add_option("--ops", c->ops, "operations")->delimiter(',')->check(CLI::IsMember(kOpNames));
+  cmd->add_option("--dtype", c->dtypes, "params dtypes")->delimiter(',')->check(CLI::IsMember(kDTypeNames));
+  cmd->add_option("--reps", c->reps, "interleaved repetitions (best time kept)")->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", c->threads, "threads for GroupLin and OpenBLAS")->check(CLI::Range(1, 256));
+  cmd->add_option("--plot-data", c->plot_data, "also write the GF/s table to this file (gnuplot)");
+  cmd->add_flag("--json", c->json, "print JSON");
+  cmd->add_flag("--quick", c->quick, "a seconds-long smoke run (small shapes, few cases)");
+  cmd->add_flag("--full-size", c->full_size, "the full REFERENCE shapes (long)");
+  cmd->callback([c] { run_bench(*c); });
+}
+
+}  // namespace grouplin::cli

@@ -1,0 +1,19 @@
+// The grouplin subcommands. Each add_*_command registers its options on the app and sets a
+// callback that runs the command; the callbacks throw grouplin::Error for bad input, which
+// main() turns into exit code 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace grouplin::cli {
+
+// Exit status a command asks main() to return (0 unless a command says otherwise).
+extern int g_exit_code;
+
+void add_demo_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+}  // namespace grouplin::cli

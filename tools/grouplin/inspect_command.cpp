@@ -1,0 +1,165 @@
+// grouplin inspect FILE [--json]: every tensor, every grouped module, totals. The JSON schema is
+// documented in docs/cli.md; fields are only ever added.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "grouplin/commands.hpp"
+#include "grouplin/grouplin.hpp"
+#include "grouplin/inspect.hpp"
+#include "grouplin/progress.hpp"
+
+namespace grouplin::cli {
+namespace {
+
+struct InspectConfig {
+  std::string file;
+  bool json = false;
+};
+
+// Version of the --json document; bumped only if a field changes meaning or goes away.
+constexpr int kInspectSchemaVersion = 1;
+
+struct Totals {
+  uint64_t tensor_bytes = 0;
+  uint64_t experts = 0;
+  uint64_t grouped_bytes = 0;
+};
+
+Totals totals_of(const CheckpointSummary& s) {
+  Totals t;
+  for (const auto& [name, tensor] : s.tensors) t.tensor_bytes += tensor.nbytes();
+  for (const GroupedModule& m : s.scan.modules) {
+    t.experts += static_cast<uint64_t>(m.num_experts);
+    for (const std::string& k : m.keys) t.grouped_bytes += s.tensors.at(k).nbytes();
+  }
+  return t;
+}
+
+void print_json(const InspectConfig& c, const CheckpointSummary& s) {
+  using nlohmann::ordered_json;
+  ordered_json doc;
+  doc["schema_version"] = kInspectSchemaVersion;
+  doc["file"] = c.file;
+  doc["format"] = std::string(format_name(s.format));
+  doc["file_bytes"] = s.file_bytes;
+  doc["metadata"] = ordered_json::object();
+  for (const auto& [k, v] : s.metadata) doc["metadata"][k] = v;
+  ordered_json tensors = ordered_json::array();
+  for (const auto& [name, t] : s.tensors) {
+    tensors.push_back({{"name", name},
+                       {"dtype", std::string(dtype_name(t.dtype()))},
+                       {"shape", t.shape()},
+                       {"bytes", static_cast<uint64_t>(t.nbytes())}});
+  }
+  doc["tensors"] = std::move(tensors);
+  ordered_json modules = ordered_json::array();
+  for (const GroupedModule& m : s.scan.modules) {
+    modules.push_back({{"prefix", m.prefix},
+                       {"layout", std::string(expert_layout_name(m.layout))},
+                       {"num_experts", m.num_experts},
+                       {"out_features", m.out_features},
+                       {"in_features", m.in_features},
+                       {"bias", m.bias},
+                       {"dtype", std::string(dtype_name(m.dtype))},
+                       {"bias_dtype", m.bias ? ordered_json(std::string(dtype_name(m.bias_dtype)))
+                                             : ordered_json(nullptr)},
+                       {"keys", m.keys}});
+  }
+  doc["grouped_modules"] = std::move(modules);
+  ordered_json problems = ordered_json::array();
+  for (const Error& e : s.scan.problems) {
+    problems.push_back(
+        {{"code", std::string(error_code_name(e.code()))}, {"message", e.message()}});
+  }
+  doc["problems"] = std::move(problems);
+  const Totals t = totals_of(s);
+  doc["totals"] = {{"tensors", s.tensors.size()},
+                   {"tensor_bytes", t.tensor_bytes},
+                   {"grouped_modules", s.scan.modules.size()},
+                   {"experts", t.experts},
+                   {"grouped_bytes", t.grouped_bytes}};
+  std::cout << doc.dump(2) << "\n";
+}
+
+void print_text(const InspectConfig& c, const CheckpointSummary& s) {
+  std::printf("%s: %s, %s (%llu bytes)\n", c.file.c_str(), std::string(format_name(s.format)).c_str(),
+              format_bytes(s.file_bytes).c_str(), static_cast<unsigned long long>(s.file_bytes));
+  if (!s.metadata.empty()) {
+    std::printf("metadata:\n");
+    for (const auto& [k, v] : s.metadata) std::printf("  %s = %s\n", k.c_str(), v.c_str());
+  }
+  size_t width = 4;
+  for (const auto& [name, t] : s.tensors) width = std::max(width, name.size());
+  std::printf("tensors:\n  %-*s  %-7s  %-20s  %s\n", static_cast<int>(width), "name", "dtype",
+              "shape", "bytes");
+  for (const auto& [name, t] : s.tensors) {
+    std::printf("  %-*s  %-7s  %-20s  %llu\n", static_cast<int>(width), name.c_str(),
+                std::string(dtype_name(t.dtype())).c_str(), shape_to_string(t.shape()).c_str(),
+                static_cast<unsigned long long>(t.nbytes()));
+  }
+  if (s.scan.modules.empty()) {
+    std::printf("grouped modules: none\n");
+  } else {
+    size_t pw = 6;
+    for (const GroupedModule& m : s.scan.modules) pw = std::max(pw, m.prefix.size() + 2);
+    std::printf("grouped modules:\n  %-*s  %-10s  %6s  %6s  %6s  %-5s  %s\n", static_cast<int>(pw),
+                "prefix", "layout", "N", "out", "in", "bias", "dtype");
+    for (const GroupedModule& m : s.scan.modules) {
+      std::string prefix = "\"" + m.prefix + "\"";
+      std::string dtype(dtype_name(m.dtype));
+      if (m.bias && m.bias_dtype != m.dtype) dtype += " (bias " + std::string(dtype_name(m.bias_dtype)) + ")";
+      std::printf("  %-*s  %-10s  %6lld  %6lld  %6lld  %-5s  %s\n", static_cast<int>(pw),
+                  prefix.c_str(), std::string(expert_layout_name(m.layout)).c_str(),
+                  static_cast<long long>(m.num_experts), static_cast<long long>(m.out_features),
+                  static_cast<long long>(m.in_features), m.bias ? "yes" : "no", dtype.c_str());
+    }
+  }
+  if (!s.scan.problems.empty()) {
+    std::printf("problems (convert will refuse this file):\n");
+    for (const Error& e : s.scan.problems) std::printf("  %s\n", e.what());
+  }
+  const Totals t = totals_of(s);
+  std::printf("totals: %zu tensors, %s (%llu bytes); %zu grouped modules, %llu experts, %s\n",
+              s.tensors.size(), format_bytes(t.tensor_bytes).c_str(),
+              static_cast<unsigned long long>(t.tensor_bytes), s.scan.modules.size(),
+              static_cast<unsigned long long>(t.experts), format_bytes(t.grouped_bytes).c_str());
+}
+
+void run_inspect(const InspectConfig& c) {
+  const CheckpointSummary s = inspect_checkpoint(c.file);
+  if (c.json) {
+    print_json(c, s);
+  } else {
+    print_text(c, s);
+  }
+  if (!s.scan.problems.empty()) {
+    std::cerr << "grouplin: \"" << c.file << "\": " << s.scan.problems.size()
+              << " inconsistent grouped module(s); the first: " << s.scan.problems.front().what()
+              << "\n";
+    g_exit_code = 2;
+  }
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto config = std::make_shared<InspectConfig>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "List every tensor (name, dtype, shape, bytes) and every grouped module of a "
+                 "checkpoint (safetensors or .pt, detected by content)");
+  cmd->add_option("FILE", config->file, "checkpoint file")->required();
+  cmd->add_flag("--json", config->json, "print one JSON document (schema in docs/cli.md)");
+  cmd->footer(
+      "Reads headers only: instant on files of any size.\n"
+      "Exit: 0 read and understood; 2 unreadable, invalid, or an inconsistent expert set\n"
+      "(listed under problems).\n\n"
+      "Examples:\n"
+      "  grouplin inspect model.safetensors\n"
+      "  grouplin inspect model.pt --json | jq '.grouped_modules[] | {prefix, layout, "
+      "num_experts}'");
+  cmd->callback([config] { run_inspect(*config); });
+}
+
+}  // namespace grouplin::cli
