@@ -5,18 +5,20 @@ and PyTorch, in one run.
 Builds a synthetic MoE checkpoint (per-expert safetensors, default 1 GiB, 64 experts per layer),
 then times, in interleaved rounds on the same file and filesystem:
 
-  cp IN OUT                 and   cat IN > OUT          (each also + fsync(OUT))
+  cp IN OUT                 and   cat IN > OUT          for each input file, then fsync(OUT)
   grouplin convert          per-expert -> single and single -> per-expert, safetensors and .pt
   PyTorch 1.13              load + torch.stack / unbind + save (safetensors.torch and torch.save)
 
-and reports seconds (median of the rounds), GB/s, the ratio to the faster plain copy of the
-same run, and the peak RssAnon of each process (anonymous resident memory: file pages the kernel
-can drop do not count), sampled from /proc/PID/status every 2 ms by a thread of this script.
+(jobs in a new random order each round) and reports seconds (median of the rounds), GB/s, the
+ratio to the faster plain copy of the same input file in the same run, and the peak RssAnon of
+each process (anonymous resident memory: file pages the kernel can drop do not count), sampled
+from /proc/PID/status every 2 ms by a thread of this script.
 
 `grouplin convert` fsyncs OUT before renaming it into place (atomic and durable), so the fair
-baseline is a plain copy followed by fsync(OUT); figures without the fsync are shown too.
+baseline is a plain copy followed by fsync(OUT); the plain copies' times without it are printed
+too. Keep the files within the page cache (RAM > 5x the size) for warm-cache figures.
 
-  .venv/bin/python bench/convert.py                      # 1 GiB, 3 rounds
+  .venv/bin/python bench/convert.py                      # 1 GiB, 7 rounds
   .venv/bin/python bench/convert.py --size-gib 4 --rounds 5 --no-torch --json out.json
 Run it on a quiet machine (the load average is printed before and after).
 """
@@ -24,6 +26,7 @@ Run it on a quiet machine (the load average is printed before and after).
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import struct
@@ -119,6 +122,11 @@ def make_checkpoint(path, size_gib, experts, out_features, in_features, bias):
             n = min(left, len(chunk))
             f.write(chunk[:n])
             left -= n
+        # Clean pages, as a checkpoint that has been on disk a while: measured here, in-kernel
+        # copies (cp, grouplin) of a file whose pages are still dirty or under writeback ran
+        # 2-3x slower than of a clean one, while cat was not affected.
+        f.flush()
+        os.fsync(f.fileno())
     return layers, offset
 
 
@@ -157,13 +165,17 @@ def main():
     ap.add_argument("--out-features", type=int, default=1024)
     ap.add_argument("--in-features", type=int, default=2048)
     ap.add_argument("--no-bias", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--dir", default=os.path.join(ROOT, "build", "bench-convert"),
                     help="scratch folder (all files on one filesystem)")
     ap.add_argument("--grouplin", default=os.path.join(ROOT, "build", "grouplin"))
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"),
                     help="Python with torch 1.13 and safetensors, for the PyTorch baseline")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--openblas-1", action="store_true",
+                    help="also time grouplin with OPENBLAS_NUM_THREADS=1 (the CLI links OpenBLAS "
+                         "for its bench command; OpenBLAS's idle worker thread spins a while "
+                         "after start, taking a core from the copy)")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
 
@@ -181,106 +193,128 @@ def main():
         single_pt = os.path.join(work, "single.pt")
         per_expert_pt = os.path.join(work, "per_expert.pt")
         gl = args.grouplin
+        envs = [("", None)]
+        if args.openblas_1:
+            envs.append((" [OPENBLAS_NUM_THREADS=1]", dict(os.environ, OPENBLAS_NUM_THREADS="1")))
         subprocess.run([gl, "convert", src, single, "--layout", "single", "--quiet"], check=True)
         subprocess.run([gl, "convert", src, per_expert_pt, "--layout", "per-expert", "--quiet"],
                        check=True)
         subprocess.run([gl, "convert", src, single_pt, "--layout", "single", "--quiet"],
                        check=True)
         out = os.path.join(work, "out")
+        inputs = {"per-expert.safetensors": src, "single.safetensors": single,
+                  "per-expert.pt": per_expert_pt, "single.pt": single_pt}
 
-        cases = [
-            ("cp IN OUT", lambda: measure(["cp", src, out + ".safetensors"]), True),
-            ("cat IN > OUT", lambda: measure(f"cat '{src}' > '{out}.safetensors'", shell=True),
-             True),
-        ]
-        for name, a, b, layout, ext in [
-            ("per-expert -> single, safetensors", src, None, "single", ".safetensors"),
-            ("single -> per-expert, safetensors", single, None, "per-expert", ".safetensors"),
-            ("per-expert -> single, safetensors -> .pt", src, None, "single", ".pt"),
-            ("single -> per-expert, .pt -> safetensors", single_pt, None, "per-expert",
+        # (name, run, input key or None, is a plain copy)
+        cases = []
+        for key, path in inputs.items():
+            ext = os.path.splitext(path)[1]
+            cases.append((f"cp {key}", lambda p=path, e=ext: measure(["cp", p, out + e]), key,
+                          True))
+            cases.append((f"cat {key}",
+                          lambda p=path, e=ext: measure(f"cat '{p}' > '{out}{e}'", shell=True),
+                          key, True))
+        conversions = [
+            ("per-expert -> single, safetensors", "per-expert.safetensors", "single",
              ".safetensors"),
-            ("per-expert -> single, .pt", per_expert_pt, None, "single", ".pt"),
-            ("single -> per-expert, .pt", single_pt, None, "per-expert", ".pt"),
-        ]:
-            cases.append((f"grouplin {name}",
-                          lambda a=a, layout=layout, ext=ext: measure(
-                              [gl, "convert", a, out + ext, "--layout", layout, "--quiet"]),
-                          False))
+            ("single -> per-expert, safetensors", "single.safetensors", "per-expert",
+             ".safetensors"),
+            ("per-expert -> single, safetensors -> .pt", "per-expert.safetensors", "single",
+             ".pt"),
+            ("single -> per-expert, .pt -> safetensors", "single.pt", "per-expert",
+             ".safetensors"),
+            ("per-expert -> single, .pt", "per-expert.pt", "single", ".pt"),
+            ("single -> per-expert, .pt", "single.pt", "per-expert", ".pt"),
+        ]
+        for name, key, layout, ext in conversions:
+            for suffix, env in envs:
+                cases.append((f"grouplin {name}{suffix}",
+                              lambda a=inputs[key], layout=layout, ext=ext, env=env: measure(
+                                  [gl, "convert", a, out + ext, "--layout", layout, "--quiet"],
+                                  env=env),
+                              key, False))
 
-        results = {name: {"seconds": [], "fsync": [], "rss": []} for name, _, _ in cases}
-        for r in range(args.rounds):
-            for name, run, plain in cases:
+        results = {name: {"seconds": [], "fsync": [], "rss": [], "input": key, "plain": plain}
+                   for name, _, key, plain in cases}
+        rng = random.Random(1)
+        for r in range(-1, args.rounds):  # round -1 warms the caches up and is not counted
+            # A new order each round: what ran just before a job (a large delete, a fsync) was
+            # seen to change its time by 2x on this machine.
+            for name, run, _, plain in rng.sample(cases, len(cases)):
                 for ext in (".safetensors", ".pt"):
                     if os.path.exists(out + ext):
                         os.remove(out + ext)
                 seconds, rss = run()
                 written = out + (".pt" if os.path.exists(out + ".pt") else ".safetensors")
-                results[name]["seconds"].append(seconds)
-                results[name]["rss"].append(rss)
-                results[name]["fsync"].append(fsync_file(written) if plain else 0.0)
+                synced = fsync_file(written) if plain else 0.0
+                if r >= 0:
+                    results[name]["seconds"].append(seconds)
+                    results[name]["rss"].append(rss)
+                    results[name]["fsync"].append(synced)
             print(f"round {r + 1}/{args.rounds} done", flush=True)
 
-        torch_rows = []
         if not args.no_torch:
             job = os.path.join(work, "torch_job.py")
             with open(job, "w") as f:
                 f.write(TORCH_JOB)
-            for name, a, layout, fmt, ext in [
-                ("PyTorch per-expert -> single, safetensors", src, "single", "safetensors",
-                 ".safetensors"),
-                ("PyTorch single -> per-expert, safetensors", single, "per-expert",
+            for name, key, layout, fmt, ext in [
+                ("PyTorch per-expert -> single, safetensors", "per-expert.safetensors", "single",
                  "safetensors", ".safetensors"),
-                ("PyTorch per-expert -> single, .pt (torch.load/save)", per_expert_pt, "single",
-                 "pt", ".pt"),
-                ("PyTorch single -> per-expert, .pt (torch.load/save)", single_pt, "per-expert",
-                 "pt", ".pt"),
+                ("PyTorch single -> per-expert, safetensors", "single.safetensors", "per-expert",
+                 "safetensors", ".safetensors"),
+                ("PyTorch per-expert -> single, .pt (torch.load/save)", "per-expert.pt",
+                 "single", "pt", ".pt"),
+                ("PyTorch single -> per-expert, .pt (torch.load/save)", "single.pt",
+                 "per-expert", "pt", ".pt"),
             ]:
                 for e in (".safetensors", ".pt"):
                     if os.path.exists(out + e):
                         os.remove(out + e)
-                seconds, rss = measure([args.python, job, a, out + ext, layout, fmt])
+                seconds, rss = measure([args.python, job, inputs[key], out + ext, layout, fmt])
                 # torch does not fsync; add it so the figure is comparable.
                 seconds += fsync_file(out + ext)
-                results[name] = {"seconds": [seconds], "fsync": [0.0], "rss": [rss]}
-                torch_rows.append(name)
+                results[name] = {"seconds": [seconds], "fsync": [0.0], "rss": [rss],
+                                 "input": key, "plain": False}
                 print(f"{name}: {seconds:.1f} s", flush=True)
 
         load_after = open("/proc/loadavg").read().split()[:3]
         med = {k: statistics.median(v["seconds"]) for k, v in results.items()}
         med_sync = {k: statistics.median([s + f for s, f in zip(v["seconds"], v["fsync"])])
                     for k, v in results.items()}
-        best_plain = min(med_sync["cp IN OUT"], med_sync["cat IN > OUT"])
-        best_plain_nosync = min(med["cp IN OUT"], med["cat IN > OUT"])
+        low_sync = {k: min(s + f for s, f in zip(v["seconds"], v["fsync"]))
+                    for k, v in results.items()}
+        # The faster plain copy (+ fsync) of each input file, by median and by best round.
+        best = {key: min(med_sync[f"cp {key}"], med_sync[f"cat {key}"]) for key in inputs}
+        best_low = {key: min(low_sync[f"cp {key}"], low_sync[f"cat {key}"]) for key in inputs}
         largest_tensor = args.experts * args.out_features * args.in_features * 2
         print(f"\nload average before {' '.join(load_before)}, after {' '.join(load_after)}")
         print(f"file {size / 1e9:.3f} GB; largest output tensor {largest_tensor / 2**20:.0f} MiB; "
-              f"median of {args.rounds} rounds (PyTorch: 1 run)\n")
-        print("| job | seconds | GB/s | vs faster plain copy + fsync | peak RssAnon MiB |")
-        print("|---|---|---|---|---|")
+              f"median of {args.rounds} rounds (PyTorch: 1 run); every time includes fsync(OUT)\n")
+        print("| job | seconds | GB/s | vs faster plain copy of its input | best round: s, ratio "
+              "| peak RssAnon MiB |")
+        print("|---|---|---|---|---|---|")
         rows = []
-        for name in results:
-            v = results[name]
-            s = med_sync[name]
+        for name, v in results.items():
+            t = med_sync[name]
             rss = max(v["rss"])
-            row = {"job": name, "seconds": s, "gb_per_s": size / s / 1e9,
-                   "ratio_to_best_plain_copy": best_plain / s, "peak_rss_anon_mib": rss,
+            ratio = best[v["input"]] / t
+            low = low_sync[name]
+            row = {"job": name, "input": v["input"], "seconds": t, "gb_per_s": size / t / 1e9,
+                   "ratio_to_best_plain_copy": ratio, "best_round_seconds": low,
+                   "best_round_ratio": best_low[v["input"]] / low, "peak_rss_anon_mib": rss,
                    "all_seconds": [a + b for a, b in zip(v["seconds"], v["fsync"])]}
-            if name in ("cp IN OUT", "cat IN > OUT"):
-                row["job"] = name + " + fsync"
+            if v["plain"]:
                 row["seconds_without_fsync"] = med[name]
             rows.append(row)
-            print(f"| {row['job']} | {s:.3f} | {size / s / 1e9:.2f} | {best_plain / s:.2f}x | "
-                  f"{rss:.1f} |")
-        for name in ("cp IN OUT", "cat IN > OUT"):
-            print(f"| {name} (no fsync) | {med[name]:.3f} | {size / med[name] / 1e9:.2f} | "
-                  f"{best_plain / med[name]:.2f}x | {max(results[name]['rss']):.1f} |")
+            print(f"| {name} | {t:.3f} | {size / t / 1e9:.2f} | {ratio:.2f}x | {low:.3f}, "
+                  f"{best_low[v['input']] / low:.2f}x | {rss:.1f} |")
+        print("\nwithout the fsync: " + ", ".join(
+            f"{name} {med[name]:.3f} s" for name, v in results.items() if v["plain"]))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"file_bytes": size, "layers": layers, "experts": args.experts,
                            "largest_tensor_bytes": largest_tensor, "rounds": args.rounds,
                            "load_before": load_before, "load_after": load_after,
-                           "best_plain_copy_with_fsync_s": best_plain,
-                           "best_plain_copy_without_fsync_s": best_plain_nosync,
                            "rows": rows}, f, indent=2)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -9,6 +9,7 @@ debian_packages=(
   cmake ninja-build g++ clang libclang-rt-14-dev
   libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
   python3-venv python3-numpy python3-torch
+  gnuplot-nox
 )
 
 missing=()

@@ -6,9 +6,10 @@
 // Both files are brought to one form without copying (every grouped module per-expert, as
 // plan_conversion(..., ExpertLayout::PerExpert) plans it); then the two must have the same entry
 // names, and each entry the same dtype, the same shape and the same bytes (bit equality: -0.0
-// differs from 0.0, a NaN equals only the same NaN). Data is read with pread in 1 MiB pieces, so
+// differs from 0.0, a NaN equals only the same NaN). Data is read with pread in 256 KiB pieces, so
 // memory stays small whatever the file size. Safetensors metadata is not compared; the CRC-32 of
-// every .pt storage record is checked (PtReadOptions::check_storage_crc).
+// every .pt storage record is checked (PtReadOptions::check_storage_crc). compare_checkpoints
+// shares no state: any number of calls may run at once.
 #pragma once
 
 #include <cstddef>

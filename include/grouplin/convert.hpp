@@ -10,11 +10,16 @@
 // headers are read), the output plan (grouped modules per checkpoint_layout.hpp, every other
 // entry unchanged) is checked in full, then OUT is written once, front to back, through an
 // AtomicFile: a safetensors OUT is its header (built and validated as write_safetensors does)
-// followed by in-kernel copies (copy_file_range) of the input byte ranges, each expert going
-// straight to its place in a stacked tensor; a .pt OUT goes through the zip writer of save_pt in
-// 1 MiB pieces read with pread (the zip format needs their CRC-32). Peak anonymous memory is
-// about 1 MiB plus the headers, whatever the file size (tensors the .pt reader had to copy, the
-// rare non-contiguous or misaligned ones, excepted). Nothing is left at OUT on failure.
+// followed by the tensor bytes, each expert going straight to its place in a stacked tensor; a
+// .pt OUT goes through the zip writer of save_pt. The bytes of IN are read once, with pread, by
+// a second thread into four 256 KiB buffers (computing the CRC-32 each zip record needs) while
+// the calling thread writes them: faster than one thread, and than copy_file_range (numbers in
+// src/io/tensor_stream.hpp). Peak anonymous memory is about 1 MiB plus the headers, whatever the
+// file size (tensors the .pt reader had to copy, the rare non-contiguous or misaligned ones,
+// excepted). Nothing is left at OUT on failure.
+//
+// convert_checkpoint shares no state: calls on different outputs may run at once. Each call uses
+// one helper thread of its own (the reader) besides the calling thread.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +40,9 @@ struct ConvertOptions {
   std::optional<CheckpointFormat> format;
   // Replace an existing OUT (never IN).
   bool overwrite = false;
-  // Called on the calling thread after each piece of tensor data is written, with the bytes of
-  // tensor data written so far and in all. May be empty.
+  // Called on the calling thread at the start, after every 16 MiB of tensor data written and at
+  // the end, with the bytes of tensor data written so far and in all. May be empty; may throw
+  // to abandon the conversion (OUT is then left as it was).
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 

@@ -50,11 +50,6 @@ class FileSink {
   virtual ~FileSink() = default;
   // Appends all of `bytes`. Throws Error(IoError) on failure.
   virtual void write(std::span<const std::byte> bytes) = 0;
-  // Appends bytes [offset, offset + len) of the open file `fd` (which it reads with pread: the
-  // file position of `fd` is not used). The default reads through a 1 MiB buffer and calls
-  // write(); AtomicFile copies inside the kernel. Throws Error(IoError) on a read or write
-  // failure, and Error(Truncated) if the file ends before offset + len.
-  virtual void copy_from_file(int fd, uint64_t offset, uint64_t len);
   // Bytes written so far.
   virtual uint64_t position() const = 0;
   // Makes the written bytes the file's content. Throws Error(IoError).
@@ -69,9 +64,6 @@ class AtomicFile : public FileSink {
   ~AtomicFile() override;  // removes the temporary file unless committed
 
   void write(std::span<const std::byte> bytes) override;
-  // copy_file_range(2): the bytes move from page cache to page cache without passing through
-  // this process (falls back to FileSink's buffered copy where the kernel refuses).
-  void copy_from_file(int fd, uint64_t offset, uint64_t len) override;
   uint64_t position() const override { return position_; }
   void commit() override;
   const std::string& temp_path() const { return temp_path_; }

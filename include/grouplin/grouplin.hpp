@@ -7,11 +7,15 @@
 #pragma once
 
 #include "grouplin/checkpoint.hpp"
+#include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/compare.hpp"
+#include "grouplin/convert.hpp"
 #include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/grouped_tensor.hpp"
+#include "grouplin/inspect.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module.hpp"
 #include "grouplin/optimizer.hpp"

@@ -24,6 +24,7 @@ struct CheckpointSummary {
   GroupedScan scan;  // grouped modules, and the problems of inconsistent ones
 };
 
+// Shares no state: any number of calls may run at once.
 // Validates the checkpoint at `path` with its format's reader and scans it for grouped modules,
 // reading only what the reader needs (headers, the .pt pickle and zip directory); no read-ahead
 // of tensor data is started. Inconsistent expert sets are reported in scan.problems, not thrown.

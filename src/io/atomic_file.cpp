@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <vector>
 
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
@@ -18,9 +17,6 @@ namespace {
 
 // One write() moves at most this much (Linux caps a single write near 2 GiB anyway).
 constexpr size_t kMaxWriteChunk = size_t{1} << 30;
-// FileSink::copy_from_file's buffer: large enough that syscalls cost nothing, small enough to stay
-// in the L2 cache between the read and the write.
-constexpr size_t kCopyBuffer = size_t{1} << 20;
 // Attempts at a fresh temporary name before giving up (a clash needs the same pid and 64 random
 // bits, so more than one attempt only matters against a hostile folder).
 constexpr int kTempNameAttempts = 16;
@@ -119,58 +115,6 @@ void AtomicFile::write(std::span<const std::byte> bytes) {
     p += done;
     left -= done;
     position_ += done;
-  }
-}
-
-void FileSink::copy_from_file(int fd, uint64_t offset, uint64_t len) {
-  std::vector<std::byte> buffer(std::min<uint64_t>(len, kCopyBuffer));
-  while (len > 0) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(len, buffer.size()));
-    ssize_t n = ::pread(fd, buffer.data(), want, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw io_error("copying bytes at offset " + std::to_string(offset) + " of an input file",
-                     errno);
-    }
-    if (n == 0) {
-      throw Error(ErrorCode::Truncated, "copying bytes at offset " + std::to_string(offset) +
-                                            ": the input file ends there, " + std::to_string(len) +
-                                            " bytes short");
-    }
-    write(std::span(buffer.data(), static_cast<size_t>(n)));
-    offset += static_cast<uint64_t>(n);
-    len -= static_cast<uint64_t>(n);
-  }
-}
-
-void AtomicFile::copy_from_file(int fd, uint64_t offset, uint64_t len) {
-  if (fd_ < 0) {
-    throw Error(ErrorCode::IoError, "saving " + quoted(path_) + ": write after commit()");
-  }
-  while (len > 0) {
-    auto in = static_cast<loff_t>(offset);
-    ssize_t n = ::copy_file_range(fd, &in, fd_, nullptr,
-                                  static_cast<size_t>(std::min<uint64_t>(len, kMaxWriteChunk)), 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      // Kernels or file systems that cannot do it (cross-device before 5.3, special files, ...).
-      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP ||
-          errno == EBADF) {
-        FileSink::copy_from_file(fd, offset, len);
-        return;
-      }
-      throw io_error("saving " + quoted(path_) + ": copying into " + quoted(temp_path_) +
-                         " at byte " + std::to_string(position_),
-                     errno);
-    }
-    if (n == 0) {
-      throw Error(ErrorCode::Truncated, "saving " + quoted(path_) + ": the input file ends at byte " +
-                                            std::to_string(offset) + ", " + std::to_string(len) +
-                                            " bytes short of the range to copy");
-    }
-    offset += static_cast<uint64_t>(n);
-    len -= static_cast<uint64_t>(n);
-    position_ += static_cast<uint64_t>(n);
   }
 }
 

@@ -99,10 +99,10 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
   }
   const int64_t n = c.weights.rbegin()->first + 1;
   if (static_cast<int64_t>(c.weights.size()) != n) {
-    fail(ErrorCode::PartialExpertSet,
-         "has " + std::to_string(c.weights.size()) + " expert weights up to " +
-             quoted(c.weights.rbegin()->second->first) + " but lacks " +
-             missing_list(c.weights, n, "weight"));
+    fail(ErrorCode::PartialExpertSet, "has " + std::to_string(c.weights.size()) +
+                                          " expert weights up to " +
+                                          quoted(c.weights.rbegin()->second->first) +
+                                          " but lacks " + missing_list(c.weights, n, "weight"));
     return;
   }
   if (!c.biases.empty()) {
@@ -114,8 +114,7 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
     }
     if (static_cast<int64_t>(c.biases.size()) != n) {
       fail(ErrorCode::PartialExpertSet, "has biases for " + std::to_string(c.biases.size()) +
-                                            " of its " + std::to_string(n) +
-                                            " experts; lacks " +
+                                            " of its " + std::to_string(n) + " experts; lacks " +
                                             missing_list(c.biases, n, "bias"));
       return;
     }
@@ -129,10 +128,9 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
   }
   for (const auto& [i, e] : c.weights) {
     if (e->second.shape() != w0.shape()) {
-      fail(ErrorCode::ShapeMismatch, quoted(e->first) + " has shape " +
-                                         shape_to_string(e->second.shape()) + ", expected " +
-                                         shape_to_string(w0.shape()) + " as " +
-                                         quoted(c.weights.begin()->second->first));
+      fail(ErrorCode::ShapeMismatch,
+           quoted(e->first) + " has shape " + shape_to_string(e->second.shape()) + ", expected " +
+               shape_to_string(w0.shape()) + " as " + quoted(c.weights.begin()->second->first));
       return;
     }
     if (e->second.dtype() != w0.dtype()) {
@@ -192,8 +190,8 @@ void check_single(const Candidate& c, GroupedScan& scan) {
           ErrorCode::ShapeMismatch,
           module_name(c.prefix) + ": " + quoted(c.bias->first) + " has shape " +
               shape_to_string(b.shape()) + ", expected [num_experts, out_features] = [" +
-              std::to_string(m.num_experts) + ", " + std::to_string(m.out_features) +
-              "] for " + quoted(c.weight->first) + " of shape " + shape_to_string(w.shape()));
+              std::to_string(m.num_experts) + ", " + std::to_string(m.out_features) + "] for " +
+              quoted(c.weight->first) + " of shape " + shape_to_string(w.shape()));
       return;
     }
     m.bias = true;

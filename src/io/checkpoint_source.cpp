@@ -23,7 +23,8 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
   }
   struct stat st;
   if (::fstat(src->fd_, &st) != 0) {
-    throw Error(ErrorCode::IoError, "reading the size of \"" + path + "\": " + std::strerror(errno));
+    throw Error(ErrorCode::IoError,
+                "reading the size of \"" + path + "\": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
     throw Error(ErrorCode::IoError, "opening \"" + path + "\": not a regular file");
@@ -86,8 +87,7 @@ void CheckpointSource::read(const Tensor& t, uint64_t at, std::span<std::byte> d
                                           ": " + std::strerror(errno));
     }
     if (n == 0) {
-      throw Error(ErrorCode::Truncated, "reading \"" + path_ + "\" at byte " +
-                                            std::to_string(pos) +
+      throw Error(ErrorCode::Truncated, "reading \"" + path_ + "\" at byte " + std::to_string(pos) +
                                             ": the file ended (was it changed while reading?)");
     }
     p += n;

@@ -23,8 +23,7 @@ constexpr uint64_t kK2 = 0x1c6e41596;  // fold by 4 x 128 bits, high half
 constexpr uint64_t kK3 = 0x1751997d0;  // fold by 128 bits, low half
 constexpr uint64_t kK4 = 0x0ccaa009e;  // fold by 128 bits, high half
 
-__attribute__((target("pclmul,sse4.1"))) inline __m128i fold(__m128i x, __m128i k,
-                                                             __m128i next) {
+__attribute__((target("pclmul,sse4.1"))) inline __m128i fold(__m128i x, __m128i k, __m128i next) {
   __m128i lo = _mm_clmulepi64_si128(x, k, 0x00);
   __m128i hi = _mm_clmulepi64_si128(x, k, 0x11);
   return _mm_xor_si128(_mm_xor_si128(lo, hi), next);
@@ -42,7 +41,7 @@ bool crc32_clmul_supported() {
 }
 
 __attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc,
-                                                             std::span<const std::byte> bytes) {
+                                                              std::span<const std::byte> bytes) {
   const std::byte* p = bytes.data();
   size_t n = bytes.size();
   if (n < 64) return crc32(crc, bytes);

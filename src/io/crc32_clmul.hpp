@@ -1,4 +1,5 @@
-// Private: CRC-32 (zip polynomial) by carry-less multiplication, for zip::crc32 on CPUs that have it.
+// Private: CRC-32 (zip polynomial) by carry-less multiplication, for zip::crc32 on CPUs that have
+// it.
 //
 //   if (grouplin::zip::crc32_clmul_supported()) crc = grouplin::zip::crc32_clmul(crc, bytes);
 #pragma once

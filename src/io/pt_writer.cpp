@@ -1,6 +1,8 @@
 // Writing `.pt` files: plan the storage records (tensors viewing overlapping bytes of one storage
 // share a record), emit the protocol-2 pickle torch.save would, check it with the reader's own
 // pickle machine, then stream the records through the zip writer.
+#include "io/pt_writer.hpp"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -10,14 +12,15 @@
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
 #include "io/pickle_machine.hpp"
-#include "io/pt_writer.hpp"
 #include "io/zip.hpp"
 
 namespace grouplin {
 namespace {
 
 constexpr std::string_view kFolder = "archive/";
-constexpr size_t kSetItemsBatch = 1000;  // as Python's pickler
+constexpr std::string_view kLittle = "little";  // the byteorder record
+constexpr std::string_view kVersion = "3\n";    // the version record
+constexpr size_t kSetItemsBatch = 1000;         // as Python's pickler
 // Bytes per sink write of a storage record (CRC then write, piece by piece). Not tuned: it only
 // bounds the size of one write; the CRC (about 2 GB/s) dominates either way.
 constexpr size_t kChunk = size_t{8} << 20;
@@ -325,31 +328,65 @@ void verify_pickle(std::span<const std::byte> pkl, std::span<const detail::PtTen
 
 namespace detail {
 
-void write_pt_archive(
-    FileSink& sink, std::span<const PtTensorSpec> tensors, std::span<const PtRecordSpec> records,
-    const std::function<std::optional<uint32_t>(size_t, zip::ZipWriter&)>& write_record) {
+PtArchive::PtArchive(std::span<const PtTensorSpec> tensors, std::span<const PtRecordSpec> records,
+                     uint64_t start_position)
+    : start_position_(start_position) {
   for (const PtTensorSpec& t : tensors) {
     if (!pickle::is_valid_utf8(t.name))
       throw Error(ErrorCode::InvalidArgument, "writing .pt: tensor name is not UTF-8");
   }
-  const std::vector<std::byte> pkl = make_pickle(tensors, records);
-  verify_pickle(pkl, tensors, records);
+  pickle_ = make_pickle(tensors, records);
+  verify_pickle(pickle_, tensors, records);
 
-  zip::ZipWriter zip(sink);
+  // The records in file order: data.pkl, byteorder, the storages, version.
   const std::string folder(kFolder);
-  zip.add_record(folder + "data.pkl", pkl);
-  constexpr std::string_view kLittle = "little", kVersion = "3\n";
-  zip.add_record(folder + "byteorder", std::as_bytes(std::span(kLittle.data(), kLittle.size())));
-  for (size_t i = 0; i < records.size(); ++i) {
-    zip.begin_record(folder + "data/" + records[i].key, records[i].nbytes);
+  names_.push_back(folder + "data.pkl");
+  sizes_.push_back(pickle_.size());
+  names_.push_back(folder + "byteorder");
+  sizes_.push_back(kLittle.size());
+  for (const PtRecordSpec& r : records) {
+    names_.push_back(folder + "data/" + r.key);
+    sizes_.push_back(r.nbytes);
+  }
+  names_.push_back(folder + "version");
+  sizes_.push_back(kVersion.size());
+  uint64_t at = start_position;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    const zip::ZipWriter::RecordLayout layout =
+        zip::ZipWriter::record_layout(at, names_[i], sizes_[i], zip::ZipWriter::Options{});
+    data_offsets_.push_back(layout.data_offset);
+    at = layout.end_offset;
+  }
+}
+
+void PtArchive::write(
+    FileSink& sink,
+    const std::function<std::optional<uint32_t>(size_t, zip::ZipWriter&)>& write_record) const {
+  if (sink.position() != start_position_) {
+    throw Error(ErrorCode::InvalidArgument,
+                "writing .pt: the sink is at byte " + std::to_string(sink.position()) +
+                    ", the archive was laid out for byte " + std::to_string(start_position_));
+  }
+  zip::ZipWriter zip(sink);
+  const size_t storages = names_.size() - 3;
+  zip.add_record(names_[0], pickle_);
+  zip.add_record(names_[1], std::as_bytes(std::span(kLittle.data(), kLittle.size())));
+  for (size_t i = 0; i < storages; ++i) {
+    zip.begin_record(names_[2 + i], sizes_[2 + i]);
     if (std::optional<uint32_t> crc = write_record(i, zip)) {
       zip.end_record(*crc);
     } else {
       zip.end_record();
     }
   }
-  zip.add_record(folder + "version", std::as_bytes(std::span(kVersion.data(), kVersion.size())));
+  zip.add_record(names_.back(), std::as_bytes(std::span(kVersion.data(), kVersion.size())));
   zip.finish();
+}
+
+void write_pt_archive(
+    FileSink& sink, std::span<const PtTensorSpec> tensors, std::span<const PtRecordSpec> records,
+    const std::function<std::optional<uint32_t>(size_t, zip::ZipWriter&)>& write_record) {
+  PtArchive(tensors, records, sink.position()).write(sink, write_record);
 }
 
 }  // namespace detail
@@ -366,8 +403,8 @@ void write_pt(FileSink& sink, const StateDict& dict) {
   tensors.reserve(dict.size());
   size_t i = 0;
   for (const auto& [name, t] : dict) {
-    tensors.push_back({name, t.dtype(), t.shape(), plan.placed[i].record,
-                       plan.placed[i].storage_offset});
+    tensors.push_back(
+        {name, t.dtype(), t.shape(), plan.placed[i].record, plan.placed[i].storage_offset});
     ++i;
   }
   std::vector<detail::PtRecordSpec> records;

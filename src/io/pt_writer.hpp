@@ -1,11 +1,13 @@
 // Private: the .pt archive writer that write_pt and streaming converters share, so that every
 // .pt file GroupLin writes has one pickle emitter and one record layout.
+// (write_pt_archive below; PtArchive when the record offsets are wanted before writing.)
 //
 //   std::vector<grouplin::detail::PtRecordSpec> records = {{"0", 64}};
-//   std::vector<grouplin::detail::PtTensorSpec> tensors = {{"fc.weight", DType::F32, {4, 4}, 0, 0}};
-//   grouplin::detail::write_pt_archive(sink, tensors, records, [&](size_t i, zip::ZipWriter& z) {
-//     z.write(bytes_of_record(i));   // exactly records[i].nbytes bytes, in as many pieces as wanted
-//     return std::nullopt;           // the zip writer computed the CRC-32 itself
+//   std::vector<grouplin::detail::PtTensorSpec> tensors = {{"fc.weight", DType::F32, {4, 4}, 0,
+//   0}}; grouplin::detail::write_pt_archive(sink, tensors, records, [&](size_t i, zip::ZipWriter&
+//   z) {
+//     z.write(bytes_of_record(i));   // exactly records[i].nbytes bytes, in as many pieces as
+//     wanted return std::nullopt;           // the zip writer computed the CRC-32 itself
 //   });
 #pragma once
 
@@ -15,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "grouplin/dtype.hpp"
 #include "grouplin/file.hpp"
@@ -39,16 +42,40 @@ struct PtTensorSpec {
   int64_t storage_offset = 0;
 };
 
-// Writes the archive torch.save writes for an OrderedDict of `tensors` (in this order) to `sink`
-// (not committed): data.pkl (checked by running it through the reader's pickle machine first),
-// byteorder, the records in the order given, whose bytes write_record(i, zip) must stream with
-// zip.write or zip.copy_from_file (exactly records[i].nbytes bytes; it returns the record's
-// CRC-32 when it used copy_from_file, nullopt to let the zip writer use its own), then version
-// and the directory.
-// Throws Error(InvalidArgument) for a name that is not UTF-8, Error(InvalidPickle) if the pickle
-// does not read back, what the zip writer throws when write_record writes too few or too many
-// bytes, and whatever write_record and the sink throw.
-// Requires: every tensor lies inside its record; keys are distinct.
+// The archive torch.save writes for an OrderedDict of `tensors` (in this order): data.pkl,
+// byteorder, the storage records in the order given, version, the directory. Built in two steps
+// so that a caller can learn where every record's data will lie before writing anything.
+class PtArchive {
+ public:
+  // Builds data.pkl (checked by running it through the reader's pickle machine) and lays out the
+  // records as the zip writer will, for a sink at `start_position`.
+  // Throws Error(InvalidArgument) for a name that is not UTF-8, Error(InvalidPickle) if the pickle
+  // does not read back. Requires: every tensor lies inside its record; keys are distinct.
+  PtArchive(std::span<const PtTensorSpec> tensors, std::span<const PtRecordSpec> records,
+            uint64_t start_position);
+
+  // File offset of the first data byte of storage record i.
+  uint64_t record_data_offset(size_t i) const { return data_offsets_[2 + i]; }
+
+  // Writes the archive to `sink` (not committed; Error(InvalidArgument) unless it is at
+  // `start_position`). The bytes of
+  // storage record i are streamed by write_record(i, zip) with zip.write or zip.write_without_crc
+  // (exactly its nbytes); it returns the record's CRC-32 when it used write_without_crc, nullopt
+  // to let the zip writer use its own. Throws what the zip writer throws when write_record
+  // writes too few or too many bytes, and whatever write_record and the sink throw.
+  void write(
+      FileSink& sink,
+      const std::function<std::optional<uint32_t>(size_t, zip::ZipWriter&)>& write_record) const;
+
+ private:
+  uint64_t start_position_;
+  std::vector<std::byte> pickle_;
+  std::vector<std::string> names_;      // every record, in file order
+  std::vector<uint64_t> sizes_;         // their sizes
+  std::vector<uint64_t> data_offsets_;  // where their data start
+};
+
+// PtArchive(tensors, records, sink.position()).write(sink, write_record).
 void write_pt_archive(
     FileSink& sink, std::span<const PtTensorSpec> tensors, std::span<const PtRecordSpec> records,
     const std::function<std::optional<uint32_t>(size_t, zip::ZipWriter&)>& write_record);

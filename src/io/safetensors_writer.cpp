@@ -182,8 +182,8 @@ SafetensorsWritePlan plan_safetensors_write(std::vector<SafetensorsEntry> entrie
     // anywhere.
     uint64_t nbytes = static_cast<uint64_t>(shape_numel(e.shape));
     if (nbytes > UINT64_MAX / dtype_size(e.dtype)) {
-      throw Error(ErrorCode::SizeOverflow, context + ": tensor " + quote_name(e.name) +
-                                               " holds more than 2^64 bytes");
+      throw Error(ErrorCode::SizeOverflow,
+                  context + ": tensor " + quote_name(e.name) + " holds more than 2^64 bytes");
     }
     nbytes *= dtype_size(e.dtype);
     if (nbytes > UINT64_MAX - offset) {

@@ -52,6 +52,17 @@ void ZipWriter::put(std::span<const std::byte> bytes) {
   if (!bytes.empty()) sink_.write(bytes);
 }
 
+ZipWriter::RecordLayout ZipWriter::record_layout(uint64_t offset, std::string_view name,
+                                                 uint64_t size, const Options& options) {
+  RecordLayout r;
+  r.zip64 = options.force_zip64 || size >= kMax32 || offset >= kMax32;
+  const uint64_t zip64_len = r.zip64 ? 4 + 16 : 0;
+  const uint64_t start = offset + 30 + name.size() + zip64_len + 4;  // + the padding field
+  r.data_offset = start + (options.alignment - start % options.alignment) % options.alignment;
+  r.end_offset = r.data_offset + size + (r.zip64 ? 24 : 16);  // + the data descriptor
+  return r;
+}
+
 void ZipWriter::begin_record(std::string_view name, uint64_t size) {
   if (open_ || finished_) {
     throw Error(ErrorCode::InvalidArgument, "zip writer: record \"" + std::string(name) +
@@ -67,7 +78,8 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size) {
                 "zip writer: record \"" + std::string(name) + "\" written twice");
   }
   const uint64_t offset = sink_.position();
-  const bool zip64 = options_.force_zip64 || size >= kMax32 || offset >= kMax32;
+  const RecordLayout layout = record_layout(offset, name, size, options_);
+  const bool zip64 = layout.zip64;
 
   Bytes h;
   h.u32(0x04034b50);
@@ -80,8 +92,7 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size) {
   h.u32(zip64 ? kMax32 : clamp32(size));
   h.u32(zip64 ? kMax32 : clamp32(size));
   const uint64_t zip64_len = zip64 ? 4 + 16 : 0;
-  const uint64_t start = offset + 30 + name.size() + zip64_len + 4;
-  const uint64_t pad = (options_.alignment - start % options_.alignment) % options_.alignment;
+  const uint64_t pad = layout.data_offset - (offset + 30 + name.size() + zip64_len + 4);
   h.u16(static_cast<uint16_t>(name.size()));
   h.u16(static_cast<uint16_t>(zip64_len + 4 + pad));
   h.text(name);
@@ -116,23 +127,23 @@ void ZipWriter::write(std::span<const std::byte> bytes) {
   open_written_ += bytes.size();
 }
 
-void ZipWriter::copy_from_file(int fd, uint64_t offset, uint64_t len) {
-  if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: copy with no open record");
+void ZipWriter::write_without_crc(std::span<const std::byte> bytes) {
+  if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: write with no open record");
   const Written& w = written_.back();
-  if (len > w.size - open_written_) {
+  if (bytes.size() > w.size - open_written_) {
     throw Error(ErrorCode::InvalidArgument, "zip writer: record \"" + w.name + "\" declared " +
                                                 std::to_string(w.size) + " bytes, got more");
   }
   open_crc_partial_ = true;
-  if (len != 0) sink_.copy_from_file(fd, offset, len);
-  open_written_ += len;
+  put(bytes);
+  open_written_ += bytes.size();
 }
 
 void ZipWriter::end_record() {
   if (open_crc_partial_) {
     throw Error(ErrorCode::InvalidArgument,
                 "zip writer: record \"" + written_.back().name +
-                    "\" has bytes copied from a file: close it with end_record(crc)");
+                    "\" has bytes written without CRC: close it with end_record(crc)");
   }
   end_record(open_crc_);
 }

@@ -19,7 +19,8 @@ std::vector<int64_t> cut_points(int64_t total, int64_t max, int64_t align) {
   const int64_t max_units = max / align;
   const int64_t pieces = (units + max_units - 1) / max_units;
   std::vector<int64_t> cuts;
-  for (int64_t i = 0; i <= pieces; ++i) cuts.push_back(std::min(total, align * (units * i / pieces)));
+  for (int64_t i = 0; i <= pieces; ++i)
+    cuts.push_back(std::min(total, align * (units * i / pieces)));
   return cuts;
 }
 

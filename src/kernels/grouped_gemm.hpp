@@ -1,10 +1,31 @@
 // Grouped GEMM kernels behind GroupedLinear: forward, dgrad, wgrad and bgrad over the row
 // ranges given by m_splits. Internal header: GroupedLinear checks every argument before calling.
 //
+//   kernels::grouped_forward(x, m_splits, weights, biases, y);   // y_i = x_i · W_iᵀ + b_i
+//   kernels::grouped_dgrad(dy, m_splits, weights, dx);            // dx_i = dy_i · W_i
+//   kernels::grouped_wgrad(x, dy, m_splits, wgrads, false);       // dW_i = dy_iᵀ · x_i
+//
+// How: each call plans tiles from the shapes and m_splits alone (gemm_plan.hpp), orders them
+// largest-first, and runs them on a fixed pool of threads (thread_pool.hpp, GROUPLIN_NUM_THREADS)
+// that take tiles from one atomic counter; one tile is one output block of one expert, computed
+// by the loops in tile_compute.hpp on the micro-kernels in micro_kernels.hpp (AVX2+FMA, or
+// portable loops on other CPUs). Plans that cost less than a few tens of microseconds run on the
+// calling thread alone. The calling thread keeps its scratch (about 1 MiB per worker) from call
+// to call.
+//
 // Data tensors (x, y, dy, dx) are [T, features] in the params dtype (F32 or BF16); expert
 // tensors are per-expert views in any storage. All arithmetic is F32 with F32 accumulation;
 // BF16 operands are widened exactly and results rounded to nearest even once at the end.
-// Results depend only on values, never on addresses or thread count.
+//
+// Determinism guarantee. On one machine (one set of micro-kernels), the bits of every result
+// depend only on the input values, the shapes and m_splits: never on the thread count, the
+// scheduling, the weight layout or addresses, or the run. Every output element is computed by
+// exactly one tile as one chain of operations in a fixed order: forward sums over in_features in
+// order (fused multiply-adds; experts with at most 8 rows use 8 interleaved partial sums per
+// 512-long block instead, see tile_compute.hpp), dgrad over out_features in order, wgrad over the
+// expert's rows in order, bgrad over the expert's rows in order. The tiling only decides which
+// thread computes an element, not how. Accumulated weight gradients are old + fresh, one F32
+// addition per element. The portable micro-kernels (CPUs without AVX2+FMA) round differently.
 #pragma once
 
 #include <cstdint>

@@ -24,8 +24,26 @@ void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, 
   }
 }
 
-void outer_6x16_portable(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                         const float* bp, float* c, int64_t ldc, bool accumulate) {
+void dot_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < nr; ++j) {
+      float lanes[8] = {};
+      for (int64_t k = 0; k < kc; ++k) {
+        const uint32_t bits = uint32_t{b[j * ldb + k]} << 16;
+        float bf;
+        std::memcpy(&bf, &bits, sizeof bf);
+        lanes[k % 8] += a[i * lda + k] * bf;
+      }
+      const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                        ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      c[i * ldc + j] += sum;
+    }
+  }
+}
+
+void outer_6x16_portable(int64_t kc, const float* a, int64_t a_row, int64_t a_step, const float* bp,
+                         float* c, int64_t ldc, bool accumulate) {
   for (int i = 0; i < kOuterRows; ++i) {
     for (int j = 0; j < kOuterCols; ++j) {
       float acc = accumulate ? c[i * ldc + j] : 0.0f;
@@ -59,7 +77,8 @@ float load_as_f32(const void* src, bool bf16, int64_t at) {
 void pack_transposed_portable(const void* src, bool bf16, int64_t ld, int rows, int64_t kc,
                               float* dst, int width) {
   for (int64_t p = 0; p < kc; ++p) {
-    for (int i = 0; i < width; ++i) dst[p * width + i] = i < rows ? load_as_f32(src, bf16, i * ld + p) : 0.0f;
+    for (int i = 0; i < width; ++i)
+      dst[p * width + i] = i < rows ? load_as_f32(src, bf16, i * ld + p) : 0.0f;
   }
 }
 
@@ -80,10 +99,9 @@ void narrow_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
-constexpr MicroKernels kPortable = {dot_tile_portable,        outer_6x16_portable,
-                                    fma_rows_portable,        pack_transposed_portable,
-                                    widen_bf16_portable,      narrow_bf16_portable,
-                                    "portable"};
+constexpr MicroKernels kPortable = {
+    dot_tile_portable,        dot_tile_bf16_portable, outer_6x16_portable,  fma_rows_portable,
+    pack_transposed_portable, widen_bf16_portable,    narrow_bf16_portable, "portable"};
 
 // ---- AVX2 + FMA ----
 
@@ -105,9 +123,36 @@ GROUPLIN_AVX2 inline __m256i first_lanes(int64_t n) {
 
 // The register tile: MR x NR accumulators of 8 lanes (12 + 3 + 1 of the 16 ymm registers at
 // 4 x 3). Tail lanes load as zero from both operands, so they add exact zeros.
-template <int MR, int NR>
-GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, const float* b,
+// 8 values of B from b[k] on: F32, or BF16 bits widened in registers.
+template <bool kBf16>
+GROUPLIN_AVX2 inline __m256 load_b8(const void* b, int64_t k) {
+  if constexpr (kBf16) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(b) + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(b) + k);
+  }
+}
+
+// The first n (< 8) values of B from b[k] on, zero beyond.
+template <bool kBf16>
+GROUPLIN_AVX2 inline __m256 load_b_tail(const void* b, int64_t k, int64_t n, __m256i mask) {
+  if constexpr (kBf16) {
+    alignas(32) float tmp[8] = {};
+    widen_bf16_portable(static_cast<const uint16_t*>(b) + k, tmp, n);
+    return _mm256_load_ps(tmp);
+  } else {
+    return _mm256_maskload_ps(static_cast<const float*>(b) + k, mask);
+  }
+}
+
+// B is F32 or (kBf16) BF16 bits widened in registers.
+template <int MR, int NR, bool kBf16>
+GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, const void* b,
                                        int64_t ldb, float* c, int64_t ldc) {
+  const int64_t elem = kBf16 ? 2 : 4;
+  const auto* bytes = static_cast<const std::byte*>(b);
   __m256 acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
@@ -118,7 +163,7 @@ GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, 
   for (; k + 8 <= kc; k += 8) {
     __m256 bv[NR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) bv[j] = _mm256_loadu_ps(b + j * ldb + k);
+    for (int j = 0; j < NR; ++j) bv[j] = load_b8<kBf16>(bytes + j * ldb * elem, k);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_loadu_ps(a + i * lda + k);
@@ -130,7 +175,8 @@ GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, 
     const __m256i mask = first_lanes(kc - k);
     __m256 bv[NR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) bv[j] = _mm256_maskload_ps(b + j * ldb + k, mask);
+    for (int j = 0; j < NR; ++j)
+      bv[j] = load_b_tail<kBf16>(bytes + j * ldb * elem, k, kc - k, mask);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_maskload_ps(a + i * lda + k, mask);
@@ -145,16 +191,24 @@ GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, 
   }
 }
 
-using DotFixed = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t);
+using DotFixed = void (*)(int64_t, const float*, int64_t, const void*, int64_t, float*, int64_t);
 
-template <int MR>
-constexpr DotFixed kDotRow[kDotCols] = {dot_tile_avx2_fixed<MR, 1>, dot_tile_avx2_fixed<MR, 2>,
-                                        dot_tile_avx2_fixed<MR, 3>};
-constexpr const DotFixed* kDotTable[kDotRows] = {kDotRow<1>, kDotRow<2>, kDotRow<3>, kDotRow<4>};
+template <int MR, bool kBf16>
+constexpr DotFixed kDotRow[kDotCols] = {dot_tile_avx2_fixed<MR, 1, kBf16>,
+                                        dot_tile_avx2_fixed<MR, 2, kBf16>,
+                                        dot_tile_avx2_fixed<MR, 3, kBf16>};
+template <bool kBf16>
+constexpr const DotFixed* kDotTable[kDotRows] = {kDotRow<1, kBf16>, kDotRow<2, kBf16>,
+                                                 kDotRow<3, kBf16>, kDotRow<4, kBf16>};
 
 void dot_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float* c, int64_t ldc) {
-  kDotTable[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
+  kDotTable<false>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
+}
+
+void dot_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, float* c, int64_t ldc) {
+  kDotTable<true>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
 }
 
 // 12 accumulators (6 rows x 2 vectors of 8), 2 loads of B and 6 broadcasts of A per step.
@@ -201,31 +255,47 @@ void outer_6x16_avx2(int64_t kc, const float* a, int64_t a_row, int64_t a_step, 
   }
 }
 
-// One row of c at a time (it stays in L1), its chain over p, 8 columns per vector; the ragged
-// end uses masked loads and stores, so every element gets the same fused multiply-adds.
+// c[r] += a(r, p) * b[p] over 8-column vectors; the ragged end uses masked loads and stores, so
+// every element gets the same fused multiply-adds.
+GROUPLIN_AVX2 inline void fma_row_avx2(float av_scalar, const float* bp, float* cr, int64_t full,
+                                       int64_t cols, __m256i mask) {
+  const __m256 av = _mm256_set1_ps(av_scalar);
+  int64_t j = 0;
+  for (; j + 32 <= full; j += 32) {
+    _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
+    _mm256_storeu_ps(cr + j + 8,
+                     _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 8), _mm256_loadu_ps(cr + j + 8)));
+    _mm256_storeu_ps(cr + j + 16, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 16),
+                                                  _mm256_loadu_ps(cr + j + 16)));
+    _mm256_storeu_ps(cr + j + 24, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 24),
+                                                  _mm256_loadu_ps(cr + j + 24)));
+  }
+  for (; j < full; j += 8) {
+    _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
+  }
+  if (j < cols) {
+    const __m256 sum =
+        _mm256_fmadd_ps(av, _mm256_maskload_ps(bp + j, mask), _mm256_maskload_ps(cr + j, mask));
+    _mm256_maskstore_ps(cr + j, mask, sum);
+  }
+}
+
+// Each element's chain runs over p in order either way; the loop order only picks what stays in
+// L1: with more depth than rows (dgrad) a row of b is read once for all rows of c, with more rows
+// than depth (wgrad) a row of c stays while its few products are added.
 GROUPLIN_AVX2 void fma_rows_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda,
                                  const float* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
   const int64_t full = cols / 8 * 8;
   const __m256i mask = first_lanes(cols - full);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* cr = c + r * ldc;
+  if (depth > rows) {
     for (int64_t p = 0; p < depth; ++p) {
-      const __m256 av = _mm256_broadcast_ss(a + r * lda + p);
-      const float* bp = b + p * ldb;
-      int64_t j = 0;
-      for (; j + 32 <= full; j += 32) {
-        _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
-        _mm256_storeu_ps(cr + j + 8, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 8), _mm256_loadu_ps(cr + j + 8)));
-        _mm256_storeu_ps(cr + j + 16, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 16), _mm256_loadu_ps(cr + j + 16)));
-        _mm256_storeu_ps(cr + j + 24, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 24), _mm256_loadu_ps(cr + j + 24)));
-      }
-      for (; j < full; j += 8) {
-        _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
-      }
-      if (j < cols) {
-        const __m256 sum = _mm256_fmadd_ps(av, _mm256_maskload_ps(bp + j, mask), _mm256_maskload_ps(cr + j, mask));
-        _mm256_maskstore_ps(cr + j, mask, sum);
-      }
+      for (int64_t r = 0; r < rows; ++r)
+        fma_row_avx2(a[r * lda + p], b + p * ldb, c + r * ldc, full, cols, mask);
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t p = 0; p < depth; ++p)
+        fma_row_avx2(a[r * lda + p], b + p * ldb, c + r * ldc, full, cols, mask);
     }
   }
 }
@@ -239,7 +309,8 @@ GROUPLIN_AVX2 void narrow_bf16_avx2(const float* src, uint16_t* dst, int64_t n) 
     const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(src + i));
     const __m256i high = _mm256_srli_epi32(bits, 16);
     const __m256i lsb = _mm256_and_si256(high, one);
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, bias), lsb), 16);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, bias), lsb), 16);
     const __m256i nan = _mm256_or_si256(_mm256_and_si256(high, sign16), qnan);
     const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), inf);
     const __m256i result = _mm256_blendv_epi8(rounded, nan, is_nan);
@@ -253,7 +324,8 @@ GROUPLIN_AVX2 void narrow_bf16_avx2(const float* src, uint16_t* dst, int64_t n) 
 // 8 values from element (row, p) on of a row-major F32 or BF16 matrix, as F32.
 GROUPLIN_AVX2 inline __m256 load8(const void* src, bool bf16, int64_t at) {
   if (bf16) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + at));
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(src) + at));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
   return _mm256_loadu_ps(static_cast<const float*>(src) + at);
@@ -296,7 +368,8 @@ GROUPLIN_AVX2 void pack_transposed_avx2(const void* src, bool bf16, int64_t ld, 
     }
   }
   for (int64_t p = full; p < kc; ++p) {
-    for (int i = 0; i < width; ++i) dst[p * width + i] = i < rows ? load_as_f32(src, bf16, i * ld + p) : 0.0f;
+    for (int i = 0; i < width; ++i)
+      dst[p * width + i] = i < rows ? load_as_f32(src, bf16, i * ld + p) : 0.0f;
   }
 }
 
@@ -310,8 +383,9 @@ GROUPLIN_AVX2 void widen_bf16_avx2(const uint16_t* src, float* dst, int64_t n) {
   widen_bf16_portable(src + i, dst + i, n - i);
 }
 
-constexpr MicroKernels kAvx2 = {dot_tile_avx2,   outer_6x16_avx2,  fma_rows_avx2, pack_transposed_avx2,
-                                widen_bf16_avx2, narrow_bf16_avx2, "avx2+fma"};
+constexpr MicroKernels kAvx2 = {
+    dot_tile_avx2,        dot_tile_bf16_avx2, outer_6x16_avx2,  fma_rows_avx2,
+    pack_transposed_avx2, widen_bf16_avx2,    narrow_bf16_avx2, "avx2+fma"};
 
 const MicroKernels* best_for_cpu() {
   __builtin_cpu_init();

@@ -28,6 +28,10 @@ struct MicroKernels {
   // Requires: 1 <= mr <= kDotRows, 1 <= nr <= kDotCols, kc >= 0.
   void (*dot_tile)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float* c, int64_t ldc);
+  // dot_tile with b given as BF16 bits, widened in registers (the same products, the same bits
+  // as dot_tile on the widened values).
+  void (*dot_tile_bf16)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, float* c, int64_t ldc);
 
   // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * bp[p * kOuterCols + j], for i < kOuterRows,
   // j < kOuterCols, with A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1,
@@ -48,8 +52,8 @@ struct MicroKernels {
   // matrix at src with leading dimension ld, widened to F32, for i < rows, p < kc; zero for
   // rows <= i < width. May write up to 8 floats past dst[kc * width - 1].
   // Requires: 1 <= rows <= width, width == kOuterRows or kOuterCols.
-  void (*pack_transposed)(const void* src, bool bf16, int64_t ld, int rows, int64_t kc,
-                          float* dst, int width);
+  void (*pack_transposed)(const void* src, bool bf16, int64_t ld, int rows, int64_t kc, float* dst,
+                          int width);
 
   // dst[i] = the F32 value of the BF16 bits src[i] (exact), i < n.
   void (*widen_bf16)(const uint16_t* src, float* dst, int64_t n);

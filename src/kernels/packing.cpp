@@ -1,5 +1,7 @@
 #include "kernels/packing.hpp"
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -45,6 +47,52 @@ void store_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
   std::memset(element(m, r, c), 0, static_cast<size_t>(n) * dtype_size(m.dtype));
 }
 
+namespace {
+
+// Copies `bytes` bytes with 16-byte non-temporal stores where dst is aligned, plain stores at
+// the ragged ends.
+void stream_bytes(const std::byte* src, std::byte* dst, size_t bytes) {
+  size_t i = 0;
+  while (i < bytes && (reinterpret_cast<uintptr_t>(dst + i) % 16) != 0) {
+    dst[i] = src[i];
+    ++i;
+  }
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+  if (i < bytes) std::memcpy(dst + i, src + i, bytes - i);
+}
+
+}  // namespace
+
+void stream_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
+  if (m.dtype == DType::F32) {
+    stream_bytes(reinterpret_cast<const std::byte*>(src), element(m, r, c),
+                 static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t half[256];
+  for (int64_t done = 0; done < n; done += 256) {
+    const int64_t chunk = std::min<int64_t>(256, n - done);
+    micro_kernels().narrow_bf16(src + done, half, chunk);
+    stream_bytes(reinterpret_cast<const std::byte*>(half), element(m, r, c + done),
+                 static_cast<size_t>(chunk) * sizeof(uint16_t));
+  }
+}
+
+void stream_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
+  std::byte* dst = element(m, r, c);
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(m.dtype);
+  size_t i = 0;
+  while (i < bytes && (reinterpret_cast<uintptr_t>(dst + i) % 16) != 0) dst[i++] = std::byte{0};
+  const __m128i zero = _mm_setzero_si128();
+  for (; i + 16 <= bytes; i += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), zero);
+  if (i < bytes) std::memset(dst + i, 0, bytes - i);
+}
+
+void stream_fence() { _mm_sfence(); }
+
 void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols, float* bp) {
   const MicroKernels& mk = micro_kernels();
   const int64_t full = cols / kOuterCols;
@@ -79,8 +127,8 @@ void pack_b_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, i
   const MicroKernels& mk = micro_kernels();
   for (int64_t q = 0; q * kOuterCols < cols; ++q) {
     const int width = static_cast<int>(std::min<int64_t>(kOuterCols, cols - q * kOuterCols));
-    mk.pack_transposed(element(m, c0 + q * kOuterCols, k0), m.dtype == DType::BF16, m.ld, width,
-                       kc, bp + q * kc * kOuterCols, kOuterCols);
+    mk.pack_transposed(element(m, c0 + q * kOuterCols, k0), m.dtype == DType::BF16, m.ld, width, kc,
+                       bp + q * kc * kOuterCols, kOuterCols);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/thread_pool.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -77,6 +79,10 @@ class Pool {
     state_.store(runs * kOneRun + static_cast<uint64_t>(run.workers), std::memory_order_release);
     state_.notify_all();
     run.work(0);
+    for (int spin = 0; spin < kSpinRounds && pending_.load(std::memory_order_acquire) != 0;
+         ++spin) {
+      _mm_pause();
+    }
     for (int left = pending_.load(std::memory_order_acquire); left != 0;
          left = pending_.load(std::memory_order_acquire)) {
       pending_.wait(left, std::memory_order_acquire);
@@ -85,9 +91,17 @@ class Pool {
 
  private:
   static constexpr uint64_t kOneRun = uint64_t{1} << 16;  // low 16 bits: the run's worker count
+  // ~50 us of pause instructions (measured median wake-up of a sleeping helper: ~40 us).
+  static constexpr int kSpinRounds = 2000;
 
   void helper_loop(int index, uint64_t seen) {
     for (;;) {
+      // Spin a little before sleeping: kernels often come back to back (forward, then the next
+      // layer's), and waking a sleeping thread takes tens of microseconds on a VM.
+      for (int spin = 0; spin < kSpinRounds && state_.load(std::memory_order_acquire) == seen;
+           ++spin) {
+        _mm_pause();
+      }
       state_.wait(seen, std::memory_order_acquire);
       seen = state_.load(std::memory_order_acquire);
       if (stopping_.load()) return;

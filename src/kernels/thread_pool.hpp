@@ -3,7 +3,8 @@
 //   const int workers = kernels::workers_for(plan.tasks.size());
 //   std::vector<Scratch> scratch(workers);
 //   kernels::run_tasks(plan.tasks.size(), workers,
-//                      [&](size_t task, int worker) { compute(plan.tasks[task], scratch[worker]); });
+//                      [&](size_t task, int worker) { compute(plan.tasks[task], scratch[worker]);
+//                      });
 //
 // One process-wide pool, created on first use and kept until exit. The thread that calls
 // run_tasks works too (as worker 0), so a pool of n threads has n - 1 helpers. Tasks are handed

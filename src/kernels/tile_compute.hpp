@@ -32,7 +32,7 @@ inline constexpr int64_t kOuterBlockRows = 96;
 // streamed once, unpacked: the memory-bound case); larger ones pack W transposed into panels and
 // run outer-product tiles. The two sum in different orders, so how a row is computed depends on
 // its expert's row count (a function of m_splits, never of threads or timing).
-inline constexpr int64_t kDotMaxRows = 16;
+inline constexpr int64_t kDotMaxRows = 8;
 // Forward: experts with more rows, up to kBroadcastMaxRows, read W in place as the broadcast
 // operand of the outer-product tiles instead of packing it (same bits as the packed path).
 inline constexpr int64_t kBroadcastMaxRows = 96;
@@ -62,9 +62,9 @@ void forward_tile(const ForwardArgs& args, const Tile& tile, const Tile* next, f
 
 // dx = dy · W_e: tile rows are rows of dy and dx, columns input features.
 struct DgradArgs {
-  MatrixRef dy;                      // [T, out]
-  std::vector<MatrixRef> weights;    // per expert [out, in]
-  MutableMatrixRef dx;               // [T, in]
+  MatrixRef dy;                    // [T, out]
+  std::vector<MatrixRef> weights;  // per expert [out, in]
+  MutableMatrixRef dx;             // [T, in]
   int64_t out_features = 0;
 };
 void dgrad_tile(const DgradArgs& args, const Tile& tile, const Tile* next, float* scratch);
@@ -73,10 +73,10 @@ void dgrad_tile(const DgradArgs& args, const Tile& tile, const Tile* next, float
 // addition per element. Tile rows are output features, columns input features, depth the
 // expert's rows from first_row[expert]. A tile of depth 0 writes zeros.
 struct WgradArgs {
-  MatrixRef x;                               // [T, in]
-  MatrixRef dy;                              // [T, out]
-  std::vector<int64_t> first_row;            // per expert: its first row of x and dy
-  std::vector<MutableMatrixRef> wgrads;      // per expert [out, in]
+  MatrixRef x;                           // [T, in]
+  MatrixRef dy;                          // [T, out]
+  std::vector<int64_t> first_row;        // per expert: its first row of x and dy
+  std::vector<MutableMatrixRef> wgrads;  // per expert [out, in]
   bool accumulate = false;
 };
 void wgrad_tile(const WgradArgs& args, const Tile& tile, const Tile* next, float* scratch);
@@ -86,7 +86,7 @@ void wgrad_tile(const WgradArgs& args, const Tile& tile, const Tile* next, float
 struct BgradArgs {
   MatrixRef dy;
   std::vector<int64_t> first_row;
-  std::vector<MutableMatrixRef> bgrads;      // per expert [1, out]
+  std::vector<MutableMatrixRef> bgrads;  // per expert [1, out]
 };
 void bgrad_tile(const BgradArgs& args, const Tile& tile, float* scratch);
 

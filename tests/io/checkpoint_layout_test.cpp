@@ -60,14 +60,14 @@ TEST(CheckpointLayout, FindsModulesOfBothLayouts) {
 
 TEST(CheckpointLayout, OrdinaryEntriesAreNotModules) {
   StateDict sd;
-  sd.insert("fc.weight", f32({3, 5}));          // a linear layer
+  sd.insert("fc.weight", f32({3, 5}));  // a linear layer
   sd.insert("fc.bias", f32({3}));
-  sd.insert("conv.weight", f32({4, 2, 3}));     // a convolution: rank-1 bias
+  sd.insert("conv.weight", f32({4, 2, 3}));  // a convolution: rank-1 bias
   sd.insert("conv.bias", f32({4}));
-  sd.insert("emb.weight01", f32({3, 5}));       // not a canonical index
+  sd.insert("emb.weight01", f32({3, 5}));  // not a canonical index
   sd.insert("emb.weightx", f32({3, 5}));
   sd.insert("norm.weight", f32({5}));
-  sd.insert("lone.bias", f32({2, 3}));          // a rank-2 bias without weight
+  sd.insert("lone.bias", f32({2, 3}));  // a rank-2 bias without weight
   GroupedScan scan = scan_grouped_modules(sd);
   EXPECT_TRUE(scan.modules.empty());
   EXPECT_TRUE(scan.problems.empty());
@@ -203,7 +203,8 @@ void expect_plan_is(const ConversionPlan& plan, const StateDict& want) {
     EXPECT_EQ(p.shape, t.shape()) << name;
     ASSERT_EQ(p.nbytes(), t.nbytes()) << name;
     std::vector<std::byte> bytes;
-    for (const Tensor& piece : p.pieces) bytes.insert(bytes.end(), piece.data(), piece.data() + piece.nbytes());
+    for (const Tensor& piece : p.pieces)
+      bytes.insert(bytes.end(), piece.data(), piece.data() + piece.nbytes());
     EXPECT_TRUE(bytes.empty() || std::equal(bytes.begin(), bytes.end(), t.data())) << name;
   }
 }

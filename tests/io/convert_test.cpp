@@ -1,11 +1,12 @@
 // Streaming conversion and comparison through the library (the CLI tests in tests/tools/ run the
-// same through the command line), the in-kernel range copy of FileSink, and the fast CRC-32.
+// same through the command line), the zip writer's caller-computed CRC, and the fast CRC-32.
 #include "grouplin/convert.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -18,6 +19,7 @@
 #include "grouplin/safetensors.hpp"
 #include "io/crc32_clmul.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "io/pt_writer.hpp"
 #include "io/zip.hpp"
 
 namespace grouplin {
@@ -30,6 +32,7 @@ using testing::MoeModuleSpec;
 const std::vector<MoeModuleSpec> kModules = {
     {"model.layers.3.mlp.experts.", 4, 3, 5, true, DType::BF16},
     {"model.layers.7.mlp.experts.", 1, 2, 6, false, DType::F32},
+    {"empty.", 2, 0, 3, true, DType::F16},  // zero-size experts: empty tensors and records
 };
 
 std::string read_all(const fs::path& p) {
@@ -48,7 +51,8 @@ class ConvertTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   size_t files_in_dir() const {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
   }
   static void expect_dict(const StateDict& got, const StateDict& want) {
     ASSERT_EQ(got.keys(), want.keys());
@@ -83,7 +87,7 @@ TEST_F(ConvertTest, EveryLayoutAndFormat) {
           const ConvertReport r = convert_checkpoint(in, path("out"), o);
           EXPECT_EQ(r.input_format, in_format);
           EXPECT_EQ(r.output_format, out_format);
-          ASSERT_EQ(r.modules.size(), 2u);
+          ASSERT_EQ(r.modules.size(), 3u);
           EXPECT_EQ(r.modules[0].layout, from);
           EXPECT_EQ(last_done, last_total);
           EXPECT_EQ(last_total, r.data_bytes);
@@ -113,6 +117,29 @@ TEST_F(ConvertTest, EveryLayoutAndFormat) {
   EXPECT_EQ(files_in_dir(), 2u);  // in, out: no temporary file left
 }
 
+// Tensors larger than the copy pipeline's buffers, in pieces that are not multiples of them, in
+// every direction and format: the bytes and the .pt CRCs come out right.
+TEST_F(ConvertTest, LargeTensorsThroughThePipeline) {
+  const std::vector<MoeModuleSpec> big = {{"a.", 3, 301, 517, true, DType::F32},  // ~608 KiB each
+                                          {"b.", 5, 64, 1000, false, DType::BF16}};
+  for (ExpertLayout from : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+    save_safetensors(path("in.safetensors"), moe_state_dict(big, from));
+    for (const char* out : {"out.safetensors", "out.pt"}) {
+      ConvertOptions o;
+      o.layout = from == ExpertLayout::Single ? ExpertLayout::PerExpert : ExpertLayout::Single;
+      o.overwrite = true;
+      convert_checkpoint(path("in.safetensors"), path(out), o);
+      const StateDict want = moe_state_dict(big, o.layout);
+      const StateDict got =
+          std::string(out) == "out.pt"
+              ? load_pt(path(out), {.check_record_crc = true, .check_storage_crc = true})
+              : load_safetensors(path(out)).tensors;
+      EXPECT_EQ(got.size(), want.size());
+      for (const auto& [name, t] : want) EXPECT_TRUE(t.bit_equal(got.at(name))) << out << name;
+    }
+  }
+}
+
 // Regression guard for the byte-exact promise: per-expert -> single -> per-expert reproduces a
 // file GroupLin wrote, byte for byte, in both formats.
 TEST_F(ConvertTest, RoundTripIsByteIdentical) {
@@ -139,7 +166,8 @@ TEST_F(ConvertTest, RefusesInAsOutAndExistingOut) {
   const std::string before = read_all(path("in.safetensors"));
   ConvertOptions o;
   o.overwrite = true;
-  for (const std::string& out : {path("in.safetensors"), (dir_ / "." / "in.safetensors").string()}) {
+  for (const std::string& out :
+       {path("in.safetensors"), (dir_ / "." / "in.safetensors").string()}) {
     try {
       convert_checkpoint(path("in.safetensors"), out, o);
       FAIL() << "converted over the input";
@@ -228,7 +256,7 @@ TEST_F(ConvertTest, CompareListsDifferences) {
   EXPECT_EQ(r.differing, 3u);
   ASSERT_EQ(r.differences.size(), 3u);
   EXPECT_NE(r.differences[0].find("model.layers.7.mlp.experts.weight0: 1 of 12 elements differ, "
-                                   "first at [1, 1]: "),
+                                  "first at [1, 1]: "),
             std::string::npos)
       << r.differences[0];
   EXPECT_NE(r.differences[0].find("vs 42"), std::string::npos) << r.differences[0];
@@ -246,7 +274,7 @@ TEST_F(ConvertTest, InspectReadsHeadersAndReportsProblems) {
   EXPECT_EQ(s.format, CheckpointFormat::Safetensors);
   EXPECT_EQ(s.tensors.size(), sd.size());
   EXPECT_EQ(s.metadata.at("a"), "b");
-  EXPECT_EQ(s.scan.modules.size(), 2u);
+  EXPECT_EQ(s.scan.modules.size(), 3u);
   sd.insert("model.layers.3.mlp.experts.weight0", Tensor::zeros({3, 5}, DType::BF16));
   save_pt(path("both.pt"), sd);
   s = inspect_checkpoint(path("both.pt"));
@@ -254,28 +282,58 @@ TEST_F(ConvertTest, InspectReadsHeadersAndReportsProblems) {
   EXPECT_EQ(s.scan.problems[0].code(), ErrorCode::BothLayoutsPresent);
 }
 
-TEST_F(ConvertTest, SinkCopiesFileRanges) {
-  std::string bytes(3 << 20, '\0');
-  std::mt19937 rng(7);
-  for (char& c : bytes) c = static_cast<char>(rng());
-  std::ofstream(path("src"), std::ios::binary) << bytes;
-  const int fd = ::open(path("src").c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  {
-    auto out = AtomicFile::create(path("dst"));
-    out->write(std::as_bytes(std::span("ab", 2)));
-    out->copy_from_file(fd, 5, (2 << 20) + 3);  // in-kernel
-    out->FileSink::copy_from_file(fd, 1, 4);      // the buffered default
-    EXPECT_EQ(out->position(), 2u + (2 << 20) + 3 + 4);
-    EXPECT_THROW(out->copy_from_file(fd, bytes.size() - 2, 4), Error);  // past the end
-    EXPECT_THROW(out->FileSink::copy_from_file(fd, bytes.size() - 2, 4), Error);
-    out->commit();
+TEST_F(ConvertTest, ZipWriterTakesTheCallersCrc) {
+  auto out = AtomicFile::create(path("a.zip"));
+  zip::ZipWriter z(*out);
+  z.begin_record("arc/x", 10);
+  z.write_without_crc(std::as_bytes(std::span("234567", 6)));
+  EXPECT_THROW(z.write_without_crc(std::as_bytes(std::span("012345", 5))), Error);  // too many
+  z.write(std::as_bytes(std::span("wxyz", 4)));
+  try {
+    z.end_record();  // the writer did not see every byte: it cannot know the CRC
+    FAIL() << "closed without a CRC";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
   }
-  ::close(fd);
-  const std::string got = read_all(path("dst"));
-  ASSERT_GE(got.size(), 2u + (2 << 20) + 3 + 4);
-  EXPECT_EQ(got.substr(0, 2 + (2 << 20) + 3 + 4),
-            "ab" + bytes.substr(5, (2 << 20) + 3) + bytes.substr(1, 4));
+  const std::string record = "234567wxyz";
+  z.end_record(zip::crc32(0, std::as_bytes(std::span(record.data(), record.size()))));
+  z.finish();
+  out->commit();
+  const std::string file = read_all(path("a.zip"));
+  auto storage = Storage::allocate(file.size());
+  std::memcpy(storage->mutable_data(), file.data(), file.size());
+  const zip::ZipReader reader = zip::ZipReader::open(storage);
+  const zip::Entry* e = reader.find("arc/x");
+  ASSERT_NE(e, nullptr);
+  reader.check_crc(*e);
+  auto got = reader.bytes(*e);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()), record);
+}
+
+// The record offsets PtArchive announces before writing are where the data land.
+TEST_F(ConvertTest, PtArchiveKnowsItsRecordOffsets) {
+  const std::vector<detail::PtTensorSpec> tensors = {{"a", DType::F32, {3}, 0, 0},
+                                                     {"b.c", DType::BF16, {2, 5}, 1, 0},
+                                                     {"d", DType::U8, {0}, 2, 0}};
+  const std::vector<detail::PtRecordSpec> records = {{"0", 12}, {"1", 20}, {"2", 0}};
+  auto out = AtomicFile::create(path("a.pt"));
+  out->write(std::as_bytes(std::span("xyz", 3)));  // not at 0: the layout must follow
+  const detail::PtArchive archive(tensors, records, 3);
+  archive.write(*out, [&](size_t i, zip::ZipWriter& z) -> std::optional<uint32_t> {
+    z.write(std::vector<std::byte>(records[i].nbytes, std::byte{7}));
+    return std::nullopt;
+  });
+  out->commit();
+  const std::string file = read_all(path("a.pt"));
+  auto storage = Storage::allocate(file.size());
+  std::memcpy(storage->mutable_data(), file.data(), file.size());
+  EXPECT_THROW(archive.write(*AtomicFile::create(path("b.pt")), {}), Error);  // at 0, not 3
+  const zip::ZipReader reader = zip::ZipReader::open(storage);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const zip::Entry* e = reader.find("archive/data/" + records[i].key);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->data_offset, archive.record_data_offset(i)) << i;
+  }
 }
 
 // A bit-at-a-time CRC-32, the definition the fast versions must match.

@@ -27,10 +27,10 @@ inline Tensor pattern_tensor(const Shape& shape, DType dtype, uint32_t seed) {
   const auto n = static_cast<size_t>(shape_numel(shape));
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) {
-    v[i] = static_cast<float>(static_cast<int>((seed * 7919u + static_cast<uint32_t>(i) * 104729u) %
-                                               2001u) -
-                              1000) /
-           256.0f;
+    v[i] =
+        static_cast<float>(
+            static_cast<int>((seed * 7919u + static_cast<uint32_t>(i) * 104729u) % 2001u) - 1000) /
+        256.0f;
   }
   if (is_float(dtype)) return Tensor::from_f32(shape, v, dtype);
   Tensor t = Tensor::zeros(shape, dtype);
@@ -70,7 +70,8 @@ inline StateDict moe_state_dict(const std::vector<MoeModuleSpec>& modules, Exper
       sd.insert(m.prefix + "weight", stack(w));
       if (m.bias) sd.insert(m.prefix + "bias", stack(b));
     } else {
-      for (int64_t i = 0; i < m.experts; ++i) sd.insert(m.prefix + "weight" + std::to_string(i), w[i]);
+      for (int64_t i = 0; i < m.experts; ++i)
+        sd.insert(m.prefix + "weight" + std::to_string(i), w[i]);
       for (int64_t i = 0; m.bias && i < m.experts; ++i) {
         sd.insert(m.prefix + "bias" + std::to_string(i), b[i]);
       }

@@ -12,7 +12,8 @@ namespace {
 
 constexpr TileShape kShape = {.rows = 12, .cols = 32, .row_align = 6, .col_align = 16};
 
-std::vector<ExpertBlock> blocks_for(const std::vector<int64_t>& splits, int64_t cols, int64_t depth) {
+std::vector<ExpertBlock> blocks_for(const std::vector<int64_t>& splits, int64_t cols,
+                                    int64_t depth) {
   std::vector<ExpertBlock> blocks;
   int64_t row = 0;
   for (int64_t m : splits) {

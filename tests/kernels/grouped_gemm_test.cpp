@@ -48,8 +48,12 @@ std::vector<Case> cases() {
       // boundaries fall inside micro-tiles, an empty expert in the middle.
       {"odd_sizes", 37, 29, {5, 0, 7, 13, 1}, true},
       // Around every path threshold, with K and N longer than one reduction block.
-      {"thresholds", kDotDepth + kOuterDepth + 9, 2 * kOuterDepth + 3,
-       {kDirectMaxRows, kDirectMaxRows + 1, kDotMaxRows, kDotMaxRows + 1, 0, 2}, false},
+      {"thresholds",
+       kDotDepth + kOuterDepth + 9,
+       2 * kOuterDepth + 3,
+       {kDirectMaxRows, kDirectMaxRows + 1, kDotMaxRows, kDotMaxRows + 1, 0, 2,
+        kernels::kBroadcastMaxRows, kernels::kBroadcastMaxRows + 1},
+       false},
       // One expert larger than all others together: several row tiles, wgrad depth > one block.
       {"one_giant", 40, 24, {1, 2 * kOuterDepth + 37, 2, 0, 5}, true},
       // N = 256 with most experts empty.
@@ -225,7 +229,7 @@ TEST_F(KernelsTest, AccumulateAddsTheFreshGradient) {
 
 // The plan never changes results: running the tiles of a coarse and of the finest plan gives the
 // same bits (for dgrad the fine plan takes the unpacked fma_rows path, the coarse one the packed
-// outer-product path).
+// outer-product path), and so do forward's broadcast and packed paths.
 TEST_F(KernelsTest, TilingDoesNotChangeResults) {
   const Case c = cases()[1];
   for (DType dt : {DType::F32, DType::BF16}) {
@@ -246,20 +250,23 @@ TEST_F(KernelsTest, TilingDoesNotChangeResults) {
       fblocks.push_back({first[e], c.splits[e], c.out, c.in, 0, {}});
     }
     std::vector<Tensor> dxs, ys;
-    for (kernels::TileShape shape : {kernels::TileShape{96, 256, 6, 16}, kernels::TileShape{1, 1, 1, 1},
-                                     kernels::TileShape{12, 48, 6, 16}}) {
+    for (kernels::TileShape shape :
+         {kernels::TileShape{96, 256, 6, 16}, kernels::TileShape{1, 1, 1, 1},
+          kernels::TileShape{12, 48, 6, 16}}) {
       for (auto& b : dblocks) b.shape = shape;
       for (auto& b : fblocks) b.shape = shape;
       Tensor dx = Tensor::zeros(p.dx.shape(), dt), y = Tensor::zeros(p.y.shape(), dt);
       dg.dx = {dx.mutable_data(), dt, c.in};
       fw.y = {y.mutable_data(), dt, c.out};
-      const kernels::TilePlan dplan = kernels::plan_tiles(dblocks), fplan = kernels::plan_tiles(fblocks);
-      std::vector<float> scratch(std::max(kernels::scratch_floats(dplan),
-                                          kernels::scratch_floats(fplan)) + 64);
+      const kernels::TilePlan dplan = kernels::plan_tiles(dblocks),
+                              fplan = kernels::plan_tiles(fblocks);
+      std::vector<float> scratch(
+          std::max(kernels::scratch_floats(dplan), kernels::scratch_floats(fplan)) + 64);
       float* aligned = scratch.data();
       while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
       for (const kernels::Tile& t : dplan.tiles) kernels::dgrad_tile(dg, t, nullptr, aligned);
-      for (const kernels::Tile& t : fplan.tiles) kernels::forward_tile(fw, t, &fplan.tiles[0], aligned);
+      for (const kernels::Tile& t : fplan.tiles)
+        kernels::forward_tile(fw, t, &fplan.tiles[0], aligned);
       dxs.push_back(dx);
       ys.push_back(y);
     }
@@ -267,6 +274,21 @@ TEST_F(KernelsTest, TilingDoesNotChangeResults) {
       EXPECT_TRUE(dxs[i].bit_equal(dxs[0])) << "dgrad, plan " << i;
       EXPECT_TRUE(ys[i].bit_equal(ys[0])) << "forward, plan " << i;
     }
+
+    // Forward: experts with more than kDotMaxRows rows read W in place (up to
+    // kBroadcastMaxRows) or pack it; pretending every such expert is large forces the packed
+    // path, which must give the same bits.
+    for (int64_t& m : fw.expert_rows) {
+      if (m > kDotMaxRows) m = int64_t{1} << 30;
+    }
+    Tensor packed = Tensor::zeros(p.y.shape(), dt);
+    fw.y = {packed.mutable_data(), dt, c.out};
+    const kernels::TilePlan fplan = kernels::plan_tiles(fblocks);
+    std::vector<float> scratch(kernels::scratch_floats(fplan) + 64);
+    float* aligned = scratch.data();
+    while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+    for (const kernels::Tile& t : fplan.tiles) kernels::forward_tile(fw, t, nullptr, aligned);
+    EXPECT_TRUE(packed.bit_equal(ys[0])) << "forward, packed path";
   }
 }
 

@@ -70,16 +70,19 @@ inline Ref ref_forward(const Tensor& x, std::span<const int64_t> m_splits,
                        int64_t out) {
   const int64_t t = x.dim(0), in = x.dim(1);
   const std::vector<double> xv = values(x);
-  Ref r{std::vector<double>(static_cast<size_t>(t * out)), std::vector<double>(static_cast<size_t>(t * out)), in + 1};
+  Ref r{std::vector<double>(static_cast<size_t>(t * out)),
+        std::vector<double>(static_cast<size_t>(t * out)), in + 1};
   const std::vector<int64_t> first = first_rows(m_splits);
   for (size_t e = 0; e < m_splits.size(); ++e) {
     const std::vector<double> w = values(weights[e]);
-    const std::vector<double> b = biases.empty() ? std::vector<double>(static_cast<size_t>(out)) : values(biases[e]);
+    const std::vector<double> b =
+        biases.empty() ? std::vector<double>(static_cast<size_t>(out)) : values(biases[e]);
     for (int64_t row = first[e]; row < first[e] + m_splits[e]; ++row) {
       for (int64_t o = 0; o < out; ++o) {
         double v = b[static_cast<size_t>(o)], s = std::abs(v);
         for (int64_t k = 0; k < in; ++k) {
-          const double p = xv[static_cast<size_t>(row * in + k)] * w[static_cast<size_t>(o * in + k)];
+          const double p =
+              xv[static_cast<size_t>(row * in + k)] * w[static_cast<size_t>(o * in + k)];
           v += p;
           s += std::abs(p);
         }
@@ -96,7 +99,8 @@ inline Ref ref_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
                      std::span<const Tensor> weights, int64_t in) {
   const int64_t t = dy.dim(0), out = dy.dim(1);
   const std::vector<double> g = values(dy);
-  Ref r{std::vector<double>(static_cast<size_t>(t * in)), std::vector<double>(static_cast<size_t>(t * in)), out};
+  Ref r{std::vector<double>(static_cast<size_t>(t * in)),
+        std::vector<double>(static_cast<size_t>(t * in)), out};
   const std::vector<int64_t> first = first_rows(m_splits);
   for (size_t e = 0; e < m_splits.size(); ++e) {
     const std::vector<double> w = values(weights[e]);
@@ -104,7 +108,8 @@ inline Ref ref_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
       for (int64_t k = 0; k < in; ++k) {
         double v = 0, s = 0;
         for (int64_t o = 0; o < out; ++o) {
-          const double p = g[static_cast<size_t>(row * out + o)] * w[static_cast<size_t>(o * in + k)];
+          const double p =
+              g[static_cast<size_t>(row * out + o)] * w[static_cast<size_t>(o * in + k)];
           v += p;
           s += std::abs(p);
         }
@@ -122,14 +127,15 @@ inline Ref ref_wgrad(const Tensor& x, const Tensor& dy, std::span<const int64_t>
   const int64_t in = x.dim(1), out = dy.dim(1);
   const std::vector<double> xv = values(x), g = values(dy);
   const int64_t first = first_rows(m_splits)[e];
-  Ref r{std::vector<double>(static_cast<size_t>(out * in)), std::vector<double>(static_cast<size_t>(out * in)),
-        m_splits[e] + 1};
+  Ref r{std::vector<double>(static_cast<size_t>(out * in)),
+        std::vector<double>(static_cast<size_t>(out * in)), m_splits[e] + 1};
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t k = 0; k < in; ++k) {
       const size_t at = static_cast<size_t>(o * in + k);
       double v = base.empty() ? 0.0 : base[at], s = std::abs(v);
       for (int64_t row = first; row < first + m_splits[e]; ++row) {
-        const double p = g[static_cast<size_t>(row * out + o)] * xv[static_cast<size_t>(row * in + k)];
+        const double p =
+            g[static_cast<size_t>(row * out + o)] * xv[static_cast<size_t>(row * in + k)];
         v += p;
         s += std::abs(p);
       }
@@ -145,7 +151,8 @@ inline Ref ref_bgrad(const Tensor& dy, std::span<const int64_t> m_splits, size_t
   const int64_t out = dy.dim(1);
   const std::vector<double> g = values(dy);
   const int64_t first = first_rows(m_splits)[e];
-  Ref r{std::vector<double>(static_cast<size_t>(out)), std::vector<double>(static_cast<size_t>(out)), m_splits[e]};
+  Ref r{std::vector<double>(static_cast<size_t>(out)),
+        std::vector<double>(static_cast<size_t>(out)), m_splits[e]};
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t row = first; row < first + m_splits[e]; ++row) {
       r.value[static_cast<size_t>(o)] += g[static_cast<size_t>(row * out + o)];

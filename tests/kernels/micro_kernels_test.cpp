@@ -41,13 +41,20 @@ class MicroKernelsTest : public ::testing::Test {
 };
 
 TEST_F(MicroKernelsTest, NarrowMatchesScalarConversionOnSpecialAndRandomValues) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* tie, even */,
-                          1.01171875f /* tie, odd */, 3.4e38f, -3.4e38f,
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          1.00390625f /* tie, even */,
+                          1.01171875f /* tie, odd */,
+                          3.4e38f,
+                          -3.4e38f,
                           std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
                           std::numeric_limits<float>::quiet_NaN(),
                           -std::numeric_limits<float>::quiet_NaN(),
-                          std::numeric_limits<float>::denorm_min(), 1e-40f};
+                          std::numeric_limits<float>::denorm_min(),
+                          1e-40f};
   std::mt19937 rng(7);
   for (int i = 0; i < 5000; ++i) {
     const uint32_t bits = rng();
@@ -106,6 +113,14 @@ TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
       }
     }
     EXPECT_TRUE(same_bits(full, single)) << kc;
+    // B as BF16 bits gives the bits of B widened.
+    std::vector<uint16_t> half(b.size());
+    micro_kernels().narrow_bf16(b.data(), half.data(), static_cast<int64_t>(b.size()));
+    std::vector<float> widened(b.size()), from_half(12, 0.5f), from_widened(12, 0.5f);
+    micro_kernels().widen_bf16(half.data(), widened.data(), static_cast<int64_t>(b.size()));
+    micro_kernels().dot_tile_bf16(4, 3, kc, a.data(), kc, half.data(), kc, from_half.data(), 3);
+    micro_kernels().dot_tile(4, 3, kc, a.data(), kc, widened.data(), kc, from_widened.data(), 3);
+    EXPECT_TRUE(same_bits(from_half, from_widened)) << kc;
   }
 }
 
@@ -113,11 +128,14 @@ TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
 // and splitting the depth into blocks does not change it.
 TEST_F(MicroKernelsTest, FmaRowsEqualsOuterProductAndDepthBlocking) {
   const int64_t depth = 37;
-  const std::vector<float> a = random_floats(static_cast<size_t>(kOuterRows * depth), 3);  // [6][depth]
-  const std::vector<float> b = random_floats(static_cast<size_t>(depth * kOuterCols), 4);  // [depth][16]
+  const std::vector<float> a =
+      random_floats(static_cast<size_t>(kOuterRows * depth), 3);  // [6][depth]
+  const std::vector<float> b =
+      random_floats(static_cast<size_t>(depth * kOuterCols), 4);  // [depth][16]
   std::vector<float> ap(static_cast<size_t>(depth * kOuterRows));
   for (int64_t p = 0; p < depth; ++p) {
-    for (int i = 0; i < kOuterRows; ++i) ap[static_cast<size_t>(p * kOuterRows + i)] = a[static_cast<size_t>(i * depth + p)];
+    for (int i = 0; i < kOuterRows; ++i)
+      ap[static_cast<size_t>(p * kOuterRows + i)] = a[static_cast<size_t>(i * depth + p)];
   }
   alignas(32) float bp[depth * kOuterCols];
   std::memcpy(bp, b.data(), sizeof bp);
@@ -145,12 +163,15 @@ TEST_F(MicroKernelsTest, FmaRowsEqualsOuterProductAndDepthBlocking) {
 // fma_rows leaves columns past `cols` untouched (its masked tail).
 TEST_F(MicroKernelsTest, FmaRowsWritesOnlyItsColumns) {
   for (int64_t cols : {1, 7, 8, 9, 33}) {
-    const std::vector<float> a = random_floats(4, 5), b = random_floats(static_cast<size_t>(2 * 40), 6);
+    const std::vector<float> a = random_floats(4, 5),
+                             b = random_floats(static_cast<size_t>(2 * 40), 6);
     std::vector<float> c(static_cast<size_t>(2 * 40), 9.0f);
     micro_kernels().fma_rows(2, 2, a.data(), 2, b.data(), 40, cols, c.data(), 40);
     for (int64_t r = 0; r < 2; ++r) {
-      for (int64_t j = cols; j < 40; ++j) EXPECT_EQ(c[static_cast<size_t>(r * 40 + j)], 9.0f) << cols;
-      for (int64_t j = 0; j < cols; ++j) EXPECT_NE(c[static_cast<size_t>(r * 40 + j)], 9.0f) << cols;
+      for (int64_t j = cols; j < 40; ++j)
+        EXPECT_EQ(c[static_cast<size_t>(r * 40 + j)], 9.0f) << cols;
+      for (int64_t j = 0; j < cols; ++j)
+        EXPECT_NE(c[static_cast<size_t>(r * 40 + j)], 9.0f) << cols;
     }
   }
 }

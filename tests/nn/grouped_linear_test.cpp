@@ -62,6 +62,8 @@ struct Case {
   std::vector<int64_t> splits;  // N = splits.size()
   bool bias = true;
 };
+// Keeps CTest's test names short: GoogleTest would otherwise print the struct's raw bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<int64_t> random_routing(int64_t n, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,11 @@
 #include "grouplin/module.hpp"
 #include "grouplin/state_dict.hpp"
 #include "grouplin/tensor.hpp"
+
+namespace grouplin {
+// Found by GoogleTest through ADL: parameterised test names print "single", not raw bytes.
+inline void PrintTo(WeightLayout l, std::ostream* os) { *os << layout_name(l); }
+}  // namespace grouplin
 
 namespace grouplin::testing {
 

@@ -2,10 +2,13 @@
 // on checkpoints generated here; exit codes, outputs and the files left behind are asserted.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -105,7 +108,8 @@ TEST_F(CliTest, ConvertsBothLayoutsBothFormats) {
       for (CheckpointFormat out_format : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
         for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
           const std::string layout(expert_layout_name(to));
-          SCOPED_TRACE(in + " " + std::string(expert_layout_name(from)) + " -> " + layout + ext(out_format));
+          SCOPED_TRACE(in + " " + std::string(expert_layout_name(from)) + " -> " + layout +
+                       ext(out_format));
           const std::string out = path(std::string("out") + ext(out_format));
           CliRun r = run({"convert", in, out, "--layout", layout});
           ASSERT_EQ(r.code, 0) << r.err;
@@ -137,7 +141,7 @@ TEST_F(CliTest, ConvertsBothLayoutsBothFormats) {
 TEST_F(CliTest, FormatOptionWinsOverExtensionAndQuietIsSilent) {
   save_safetensors(path("in.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
   CliRun r = run({"convert", path("in.safetensors"), path("out.bin"), "--layout", "single",
-               "--format", "safetensors", "--quiet"});
+                  "--format", "safetensors", "--quiet"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "");
@@ -186,14 +190,10 @@ TEST_F(CliTest, BadInputsExitTwoAndLeaveNoOutput) {
   const std::vector<std::string> inputs_before = files();
 
   const std::pair<std::string, std::string> cases[] = {
-      {"missing.safetensors", "No such file"},
-      {"folder", "not a regular file"},
-      {"truncated.safetensors", "Truncated"},
-      {"truncated.pt", "truncated.pt"},
-      {"cut.safetensors", "UnknownFormat"},
-      {"partial.pt", "PartialExpertSet"},
-      {"mixed.safetensors", "BothLayoutsPresent"},
-      {"unknown.bin", "UnknownFormat"},
+      {"missing.safetensors", "No such file"},     {"folder", "not a regular file"},
+      {"truncated.safetensors", "Truncated"},      {"truncated.pt", "truncated.pt"},
+      {"cut.safetensors", "UnknownFormat"},        {"partial.pt", "PartialExpertSet"},
+      {"mixed.safetensors", "BothLayoutsPresent"}, {"unknown.bin", "UnknownFormat"},
   };
   for (const auto& [name, message] : cases) {
     for (const char* out : {"out.safetensors", "out.pt"}) {
@@ -241,7 +241,9 @@ TEST_F(CliTest, BadUsageExitsTwo) {
   save_pt(path("in.pt"), moe_state_dict(kModules, ExpertLayout::PerExpert));
   EXPECT_EQ(run({"convert", path("in.pt"), path("o.pt")}).code, 2);  // --layout is required
   EXPECT_EQ(run({"convert", path("in.pt"), path("o.pt"), "--layout", "stacked"}).code, 2);
-  EXPECT_EQ(run({"convert", path("in.pt"), path("o.pt"), "--layout", "single", "--format", "gguf"}).code, 2);
+  EXPECT_EQ(
+      run({"convert", path("in.pt"), path("o.pt"), "--layout", "single", "--format", "gguf"}).code,
+      2);
   EXPECT_EQ(run({"verify", path("in.pt")}).code, 2);
   EXPECT_EQ(run({"inspect"}).code, 2);
   EXPECT_EQ(run({"frobnicate"}).code, 2);
@@ -257,7 +259,8 @@ TEST_F(CliTest, HelpOnEveryCommand) {
   }
   CliRun r = run({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* cmd : {"inspect", "convert", "verify"}) EXPECT_NE(r.out.find(cmd), std::string::npos);
+  for (const char* cmd : {"inspect", "convert", "verify"})
+    EXPECT_NE(r.out.find(cmd), std::string::npos);
 }
 
 TEST_F(CliTest, VerifyExitCodes) {
@@ -350,6 +353,39 @@ TEST_F(CliTest, InspectTextAndJson) {
   EXPECT_EQ(bad["grouped_modules"].size(), 1u);
 }
 
+// The .pt files convert writes (records copied inside the kernel, CRC-32 computed on a second
+// thread) load in PyTorch 1.13 with torch.load(weights_only=True), with the expected values.
+TEST_F(CliTest, TorchLoadsConvertedFiles) {
+  for (ExpertLayout to : {ExpertLayout::Single, ExpertLayout::PerExpert}) {
+    const ExpertLayout from =
+        to == ExpertLayout::Single ? ExpertLayout::PerExpert : ExpertLayout::Single;
+    save_pt(path("in.pt"), moe_state_dict(kModules, from));
+    const std::string layout(expert_layout_name(to));
+    ASSERT_EQ(run({"convert", path("in.pt"), path("out.pt"), "--layout", layout, "--force"}).code,
+              0);
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& [name, t] : moe_state_dict(kModules, to)) {
+      std::string hex;
+      for (size_t i = 0; i < t.nbytes(); ++i) {
+        char b[3];
+        std::snprintf(b, sizeof b, "%02x", std::to_integer<unsigned>(t.data()[i]));
+        hex += b;
+      }
+      tensors.push_back({{"name", name},
+                         {"dtype", std::string(dtype_name(t.dtype()))},
+                         {"shape", t.shape()},
+                         {"hex", hex}});
+    }
+    std::ofstream(path("want.json")) << nlohmann::json{{"tensors", tensors}}.dump();
+    const std::string cmd = std::string("'") + GROUPLIN_PYTHON + "' '" + GROUPLIN_SOURCE_DIR +
+                            "/tests/io/pt_peer.py' check '" + path("out.pt") + "' '" +
+                            path("want.json") + "' > '" + path("peer.log") + "' 2>&1";
+    const int rc = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0)
+        << layout << ": " << read_all(path("peer.log"));
+  }
+}
+
 // Memory stays bounded: a 256 MiB checkpoint of 1 MiB experts converts with a peak resident set
 // far below the file size, both directions and both output formats. ru_maxrss counts file pages
 // mapped into the process too, so this is stricter than the RssAnon contract; the converter never
@@ -368,7 +404,18 @@ TEST_F(CliTest, ConvertMemoryStaysBounded) {
     modules.push_back({"model.layers." + std::to_string(l) + ".mlp.experts.", kExperts, kOut, kIn,
                        false, DType::F32});
   }
-  save_safetensors(path("big.safetensors"), moe_state_dict(modules, ExpertLayout::PerExpert, false));
+  // Built in a child process: a child of this process starts from this process's peak RSS
+  // (ru_maxrss carries over fork and exec), so the 256 MiB dict must never live here.
+  const pid_t maker = ::fork();
+  ASSERT_GE(maker, 0);
+  if (maker == 0) {
+    save_safetensors(path("big.safetensors"),
+                     moe_state_dict(modules, ExpertLayout::PerExpert, false));
+    ::_exit(0);
+  }
+  int maker_status = 0;
+  ASSERT_EQ(::waitpid(maker, &maker_status, 0), maker);
+  ASSERT_TRUE(WIFEXITED(maker_status) && WEXITSTATUS(maker_status) == 0);
   const uint64_t file_kib = fs::file_size(path("big.safetensors")) / 1024;
   ASSERT_GT(file_kib, 256u * 1024);
   // Largest output tensor: 64 MiB (one stacked layer), which the converter never holds either.
@@ -385,7 +432,70 @@ TEST_F(CliTest, ConvertMemoryStaysBounded) {
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_LT(r.max_rss_kib, limit_kib) << s.in << " -> " << s.out << ": peak RSS " << r.max_rss_kib
                                         << " KiB for a file of " << file_kib << " KiB";
-    fs::remove(path(s.in));
+  }
+  // And the values made it through. (verify reads .pt records through the mapping for their
+  // CRC-32: file pages, which count in ru_maxrss, so its memory is not asserted here.)
+  for (const char* out : {"single.safetensors", "back.pt", "single.pt"}) {
+    CliRun v = run({"verify", path("big.safetensors"), path(out)});
+    EXPECT_EQ(v.code, 0) << out << ": " << v.out;
+  }
+  CliRun v = run({"verify", path("big.safetensors"), path("single.safetensors")});
+  EXPECT_LT(v.max_rss_kib, limit_kib) << "verify of two safetensors files reads with pread only";
+}
+
+// Tensors the .pt reader had to copy into memory (a non-contiguous expert, as torch.save writes
+// a transposed view) are converted from memory, in their row-major order.
+TEST_F(CliTest, ConvertsNonContiguousExperts) {
+  const std::string script =
+      "import torch, sys\n"
+      "w = [torch.arange(12, dtype=torch.float32).reshape(3, 4) + 100 * i for i in range(3)]\n"
+      "sd = {'m.weight0': w[0], 'm.weight1': w[1].t().contiguous().t(), 'm.weight2': w[2]}\n"
+      "assert not sd['m.weight1'].is_contiguous()\n"
+      "torch.save(sd, sys.argv[1])\n"
+      "torch.save({'m.weight': torch.stack(w)}, sys.argv[2])\n";
+  std::ofstream(path("make.py")) << script;
+  const std::string cmd = std::string("'") + GROUPLIN_PYTHON + "' '" + path("make.py") + "' '" +
+                          path("in.pt") + "' '" + path("want.pt") + "' > '" + path("py.log") +
+                          "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_all(path("py.log"));
+  CliRun r = run({"convert", path("in.pt"), path("out.safetensors"), "--layout", "single"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run({"verify", path("out.safetensors"), path("want.pt")});
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run({"verify", path("in.pt"), path("want.pt")});
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// Ctrl-C midway: the CLI stops at its next piece, exits 2 and leaves nothing behind (or, when the
+// signal comes after the end, has finished normally). Never killed by the signal, never a
+// temporary file left.
+TEST_F(CliTest, InterruptLeavesNothingBehind) {
+  std::vector<MoeModuleSpec> modules;
+  for (int l = 0; l < 2; ++l) {
+    modules.push_back(
+        {"layers." + std::to_string(l) + ".experts.", 64, 512, 512, true, DType::F32});
+  }
+  save_safetensors(path("single.safetensors"),
+                   moe_state_dict(modules, ExpertLayout::Single, false));
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(GROUPLIN_CLI, GROUPLIN_CLI, "convert", path("single.safetensors").c_str(),
+            path("interrupted.pt").c_str(), "--layout", "per-expert", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::usleep(50 * 1000);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_TRUE(WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 0) << WEXITSTATUS(status);
+  if (WEXITSTATUS(status) == 2) {
+    EXPECT_EQ(files(), std::vector<std::string>{"single.safetensors"});
+  } else {
+    EXPECT_EQ(files(), (std::vector<std::string>{"interrupted.pt", "single.safetensors"}));
   }
 }
 

@@ -30,6 +30,14 @@ void loop_bgrad(const Tensor& dy, std::span<const int64_t> m_splits, std::span<T
 // Copies `bytes` bytes from src to dst on the kernels' thread pool (one chunk per thread).
 void parallel_copy(const std::byte* src, std::byte* dst, size_t bytes);
 
+// OpenBLAS's idle threads spin (sched_yield) for OPENBLAS_THREAD_TIMEOUT cycles after each
+// call, 2^28 (~0.1 s) by default, and slow down whatever runs next on their core by up to 2x.
+// ensure_short_blas_spin() re-executes the program with OPENBLAS_THREAD_TIMEOUT=22 (~1 ms:
+// still spanning the gaps between a loop's calls) when it is not set; OpenBLAS reads it only at
+// start-up. let_blas_threads_sleep() then waits those few milliseconds after a BLAS variant.
+void ensure_short_blas_spin();
+void let_blas_threads_sleep();
+
 // Sets the threads of OpenBLAS (for the baselines) and of the GroupLin kernels.
 void set_threads(int n);
 

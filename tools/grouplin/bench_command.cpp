@@ -7,11 +7,10 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "grouplin/bench_baselines.hpp"
 #include "grouplin/commands.hpp"
@@ -31,11 +30,11 @@ struct BenchShape {
   bool bias;
 };
 constexpr BenchShape kDefaultShapes[] = {
-    {"mixtral", 8, 1024, 896, false},   // full size: 8 x 4096 x 3584 (ffn 14336 / 4)
-    {"qwen3", 128, 1024, 384, false},   // full size: 128 x 2048 x 768
-    {"olmoe", 64, 1024, 512, false},    // full size: 64 x 2048 x 1024
-    {"deepseek", 32, 1792, 512, false}, // full size: 32 x 7168 x 2048 (256 experts / 8)
-    {"gptoss", 32, 960, 960, true},     // full size: 32 x 2880 x 2880 (128 experts / 4), bias
+    {"mixtral", 8, 1024, 896, false},    // full size: 8 x 4096 x 3584 (ffn 14336 / 4)
+    {"qwen3", 128, 1024, 384, false},    // full size: 128 x 2048 x 768
+    {"olmoe", 64, 1024, 512, false},     // full size: 64 x 2048 x 1024
+    {"deepseek", 32, 1792, 512, false},  // full size: 32 x 7168 x 2048 (256 experts / 8)
+    {"gptoss", 32, 960, 960, true},      // full size: 32 x 2880 x 2880 (128 experts / 4), bias
 };
 constexpr BenchShape kFullShapes[] = {
     {"mixtral", 8, 4096, 3584, false}, {"qwen3", 128, 2048, 768, false},
@@ -65,6 +64,7 @@ struct BenchConfig {
   bool quick = false;
   bool full_size = false;
   std::string plot_data;
+  bool rows_given = false, routings_given = false, reps_given = false;
 };
 
 // Rows per expert: uniform (remainder to the first experts), skewed (half to expert 0, the rest
@@ -88,7 +88,8 @@ std::vector<int64_t> make_splits(const std::string& routing, int64_t experts, in
     takers.push_back(e);
   }
   const auto n = static_cast<int64_t>(takers.size());
-  for (int64_t i = 0; i < n; ++i) splits[takers[static_cast<size_t>(i)]] += left / n + (i < left % n ? 1 : 0);
+  for (int64_t i = 0; i < n; ++i)
+    splits[takers[static_cast<size_t>(i)]] += left / n + (i < left % n ? 1 : 0);
   return splits;
 }
 
@@ -168,7 +169,6 @@ double seconds_of(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-
 CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::string& routing,
                     const std::string& op, const BenchConfig& c) {
   CaseResult r{s.name, routing, op, s.experts, s.in, s.out, rows};
@@ -183,15 +183,21 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
   // gradient (wgrad), the rows of dy (bgrad).
   for (int dt = 0; dt < 2; ++dt) {
     const double elem = dt == 0 ? 4.0 : 2.0;
-    r.traffic_bytes[dt] = op == "bgrad"   ? elem * static_cast<double>(rows) * static_cast<double>(s.out)
+    r.traffic_bytes[dt] = op == "bgrad"
+                              ? elem * static_cast<double>(rows) * static_cast<double>(s.out)
                           : op == "wgrad" ? elem * k_n * static_cast<double>(s.experts)
                                           : elem * k_n * static_cast<double>(r.active);
   }
-  const double rows_per_expert = static_cast<double>(rows) /
-                                 static_cast<double>(op == "wgrad" ? s.experts : r.active);
+  const double rows_per_expert =
+      static_cast<double>(rows) / static_cast<double>(op == "wgrad" ? s.experts : r.active);
   r.memory_bound = op == "bgrad" || rows_per_expert < kMemoryBoundRows;
 
-  std::vector<std::pair<double*, std::function<void()>>> variants;
+  struct Variant {
+    double* best;
+    std::function<void()> run;
+    bool uses_blas;  // OpenBLAS threads spin after it: pause before the next variant
+  };
+  std::vector<Variant> variants;
   Tensor x[2], dy[2], y[2], dx[2];
   for (int dt = 0; dt < 2; ++dt) {
     x[dt] = d.x[dt].rows(0, rows);
@@ -202,48 +208,67 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
   std::span<const Tensor> no_bias;
   if (op != "bgrad") {
     Tensor dw0 = d.dwe[0][0];
-    variants.push_back({&r.dense_s, [&, dw0]() mutable {
+    variants.push_back({&r.dense_s,
+                        [&, dw0]() mutable {
                           if (op == "forward") bench::dense_forward(x[0], d.we[0][0], y[0]);
                           if (op == "dgrad") bench::dense_dgrad(dy[0], d.we[0][0], dx[0]);
                           if (op == "wgrad") bench::dense_wgrad(x[0], dy[0], dw0);
-                        }});
+                        },
+                        true});
   }
   for (int dt = 0; dt < 2; ++dt) {
     if ((dt == 0 && !f32) || (dt == 1 && !bf16)) continue;
     std::span<const Tensor> biases = s.bias ? std::span<const Tensor>(d.be[dt]) : no_bias;
-    variants.push_back({&r.loop_s[dt], [&, dt, biases] {
-                          if (op == "forward") bench::loop_forward(x[dt], splits, d.we[dt], biases, y[dt]);
+    variants.push_back({&r.loop_s[dt],
+                        [&, dt, biases] {
+                          if (op == "forward")
+                            bench::loop_forward(x[dt], splits, d.we[dt], biases, y[dt]);
                           if (op == "dgrad") bench::loop_dgrad(dy[dt], splits, d.we[dt], dx[dt]);
                           if (op == "wgrad") bench::loop_wgrad(x[dt], dy[dt], splits, d.dwe[dt]);
                           if (op == "bgrad") bench::loop_bgrad(dy[dt], splits, d.dbe[dt]);
-                        }});
-    variants.push_back({&r.grouplin_s[dt], [&, dt, biases] {
-                          if (op == "forward") kernels::grouped_forward(x[dt], splits, d.we[dt], biases, y[dt]);
-                          if (op == "dgrad") kernels::grouped_dgrad(dy[dt], splits, d.we[dt], dx[dt]);
-                          if (op == "wgrad") kernels::grouped_wgrad(x[dt], dy[dt], splits, d.dwe[dt], false);
+                        },
+                        true});
+    variants.push_back({&r.grouplin_s[dt],
+                        [&, dt, biases] {
+                          if (op == "forward")
+                            kernels::grouped_forward(x[dt], splits, d.we[dt], biases, y[dt]);
+                          if (op == "dgrad")
+                            kernels::grouped_dgrad(dy[dt], splits, d.we[dt], dx[dt]);
+                          if (op == "wgrad")
+                            kernels::grouped_wgrad(x[dt], dy[dt], splits, d.dwe[dt], false);
                           if (op == "bgrad") kernels::grouped_bgrad(dy[dt], splits, d.dbe[dt]);
-                        }});
+                        },
+                        false});
     if (r.memory_bound) {
       const size_t bytes = std::min(static_cast<size_t>(r.traffic_bytes[dt]), d.copy_dst.nbytes());
       r.copy_bytes[dt] = static_cast<double>(bytes);
-      variants.push_back({&r.copy_s[dt], [&d, bytes] {
-                            bench::parallel_copy(d.w[0].data(), d.copy_dst.mutable_data(), bytes);
-                          }});
+      variants.push_back(
+          {&r.copy_s[dt],
+           [&d, bytes] { bench::parallel_copy(d.w[0].data(), d.copy_dst.mutable_data(), bytes); },
+           false});
     }
   }
   for (int rep = 0; rep < c.reps; ++rep) {
-    for (auto& [best, run] : variants) *best = std::min(*best, seconds_of(run));
+    for (const Variant& v : variants) {
+      *v.best = std::min(*v.best, seconds_of(v.run));
+      if (v.uses_blas) bench::let_blas_threads_sleep();
+    }
   }
   return r;
 }
 
 nlohmann::json to_json(const CaseResult& r) {
-  nlohmann::json j = {{"shape", r.shape},        {"experts", r.experts},
-                      {"in", r.in},              {"out", r.out},
-                      {"rows", r.rows},          {"routing", r.routing},
-                      {"op", r.op},              {"active_experts", r.active},
-                      {"rows_per_expert", static_cast<double>(r.rows) / static_cast<double>(r.experts)},
-                      {"memory_bound", r.memory_bound}};
+  nlohmann::json j = {
+      {"shape", r.shape},
+      {"experts", r.experts},
+      {"in", r.in},
+      {"out", r.out},
+      {"rows", r.rows},
+      {"routing", r.routing},
+      {"op", r.op},
+      {"active_experts", r.active},
+      {"rows_per_expert", static_cast<double>(r.rows) / static_cast<double>(r.experts)},
+      {"memory_bound", r.memory_bound}};
   if (r.dense_s != kNotRun) j["dense_gflops"] = gflops(r.flops, r.dense_s);
   for (int dt = 0; dt < 2; ++dt) {
     if (r.grouplin_s[dt] == kNotRun) continue;
@@ -256,7 +281,8 @@ nlohmann::json to_json(const CaseResult& r) {
       v["copy_gbytes"] = r.copy_gbytes(dt);
       v["vs_copy"] = r.vs_copy(dt);
     }
-    if (dt == 1 && r.grouplin_s[0] != kNotRun) v["vs_f32"] = ratio(r.grouplin_s[1], r.grouplin_s[0]);
+    if (dt == 1 && r.grouplin_s[0] != kNotRun)
+      v["vs_f32"] = ratio(r.grouplin_s[1], r.grouplin_s[0]);
     j[dt == 0 ? "f32" : "bf16"] = v;
   }
   return j;
@@ -305,8 +331,8 @@ struct Goal {
     if (value >= target) ++met;
     if (value < worst) {
       worst = value;
-      worst_case = r.shape + " rows " + std::to_string(r.rows) + " " + r.routing + " " + r.op +
-                   " " + dtype;
+      worst_case =
+          r.shape + " rows " + std::to_string(r.rows) + " " + r.routing + " " + r.op + " " + dtype;
     }
   }
 };
@@ -322,7 +348,8 @@ std::vector<Goal> evaluate(const std::vector<CaseResult>& results) {
     for (int dt = 0; dt < 2; ++dt) {
       const char* name = dt == 0 ? "f32" : "bf16";
       if (r.grouplin_s[dt] == kNotRun) continue;
-      if (per_expert >= 32 && r.op == "forward") goals[0].add(ratio(r.grouplin_s[dt], r.dense_s), r, name);
+      if (per_expert >= 32 && r.op == "forward")
+        goals[0].add(ratio(r.grouplin_s[dt], r.dense_s), r, name);
       if (per_expert >= 32 && (r.op == "dgrad" || r.op == "wgrad")) {
         goals[1].add(ratio(r.grouplin_s[dt], r.dense_s), r, name);
       }
@@ -354,17 +381,19 @@ std::string machine_description() {
     std::fclose(f);
   }
   char text[768];
-  std::snprintf(text, sizeof text, "%s, %u hardware threads, %d GroupLin threads, kernels %s, %s, load %.2f",
+  std::snprintf(text, sizeof text,
+                "%s, %u hardware threads, %d GroupLin threads, kernels %s, %s, load %.2f",
                 cpu.c_str(), std::thread::hardware_concurrency(), kernels::num_threads(),
                 kernels::micro_kernels().name, bench::blas_description(), load);
   return text;
 }
 
 void run_bench(BenchConfig c) {
-  if (c.quick) {
-    c.rows = {16, 256};
-    c.routings = {"uniform", "skewed"};
-    c.reps = 1;
+  bench::ensure_short_blas_spin();
+  if (c.quick) {  // smaller defaults; what was given explicitly stays
+    if (!c.rows_given) c.rows = {16, 256};
+    if (!c.routings_given) c.routings = {"uniform", "skewed"};
+    if (!c.reps_given) c.reps = 1;
   }
   if (c.threads > 0) bench::set_threads(c.threads);
   const std::string machine = machine_description();
@@ -394,11 +423,15 @@ void run_bench(BenchConfig c) {
   }
   const std::vector<Goal> goals = evaluate(results);
   if (c.json) {
-    nlohmann::json out = {{"machine", machine}, {"reps", c.reps}, {"results", nlohmann::json::array()}};
+    nlohmann::json out = {
+        {"machine", machine}, {"reps", c.reps}, {"results", nlohmann::json::array()}};
     for (const CaseResult& r : results) out["results"].push_back(to_json(r));
     for (const Goal& g : goals) {
-      out["goals"].push_back({{"goal", g.text}, {"met", g.met}, {"cases", g.total},
-                              {"worst", g.total ? g.worst : 0.0}, {"worst_case", g.worst_case}});
+      out["goals"].push_back({{"goal", g.text},
+                              {"met", g.met},
+                              {"cases", g.total},
+                              {"worst", g.total ? g.worst : 0.0},
+                              {"worst_case", g.worst_case}});
     }
     std::printf("%s\n", out.dump(2).c_str());
   } else {
@@ -410,11 +443,15 @@ void run_bench(BenchConfig c) {
   }
   if (!c.plot_data.empty()) {
     FILE* f = std::fopen(c.plot_data.c_str(), "w");
-    if (f == nullptr) throw Error(ErrorCode::IoError, "bench: cannot write \"" + c.plot_data + "\"");
-    std::fprintf(f, "# shape rows routing op rows_per_expert dense loop_f32 grouplin_f32 loop_bf16 grouplin_bf16 (GF/s)\n");
+    if (f == nullptr)
+      throw Error(ErrorCode::IoError, "bench: cannot write \"" + c.plot_data + "\"");
+    std::fprintf(f,
+                 "# shape rows routing op rows_per_expert dense loop_f32 grouplin_f32 loop_bf16 "
+                 "grouplin_bf16 (GF/s)\n");
     for (const CaseResult& r : results) {
-      std::fprintf(f, "%s %lld %s %s %g %g %g %g %g %g\n", r.shape.c_str(), static_cast<long long>(r.rows),
-                   r.routing.c_str(), r.op.c_str(), static_cast<double>(r.rows) / static_cast<double>(r.experts),
+      std::fprintf(f, "%s %lld %s %s %g %g %g %g %g %g\n", r.shape.c_str(),
+                   static_cast<long long>(r.rows), r.routing.c_str(), r.op.c_str(),
+                   static_cast<double>(r.rows) / static_cast<double>(r.experts),
                    gflops(r.flops, r.dense_s), gflops(r.flops, r.loop_s[0]),
                    gflops(r.flops, r.grouplin_s[0]), gflops(r.flops, r.loop_s[1]),
                    gflops(r.flops, r.grouplin_s[1]));
@@ -428,19 +465,38 @@ void run_bench(BenchConfig c) {
 void add_bench_command(CLI::App& app) {
   auto c = std::make_shared<BenchConfig>();
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Measure the grouped GEMM against one dense GEMM, a per-expert loop and a memory copy");
-  cmd->add_option("--shapes", c->shapes, "MoE shapes")->delimiter(',')->check(CLI::IsMember(kShapeNames));
-  cmd->add_option("--rows", c->rows, "total rows T")->delimiter(',')->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--routing", c->routings, "routings")->delimiter(',')->check(CLI::IsMember(kRoutingNames));
-  cmd->add_option("--ops", c->ops, "operations")->delimiter(',')->check(CLI::IsMember(kOpNames));
-  cmd->add_option("--dtype", c->dtypes, "params dtypes")->delimiter(',')->check(CLI::IsMember(kDTypeNames));
-  cmd->add_option("--reps", c->reps, "interleaved repetitions (best time kept)")->check(CLI::Range(1, 100));
-  cmd->add_option("--threads", c->threads, "threads for GroupLin and OpenBLAS")->check(CLI::Range(1, 256));
+      "bench",
+      "Measure the grouped GEMM against one dense GEMM, a per-expert loop and a memory copy");
+  cmd->add_option("--shapes", c->shapes, "MoE shapes (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kShapeNames));
+  cmd->add_option("--rows", c->rows, "total rows T (default: 16,256,4096,16384)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--routing", c->routings, "routings (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kRoutingNames));
+  cmd->add_option("--ops", c->ops, "operations (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kOpNames));
+  cmd->add_option("--dtype", c->dtypes, "params dtypes (default: both)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kDTypeNames));
+  cmd->add_option("--reps", c->reps, "interleaved repetitions, best time kept (default: 2)")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", c->threads,
+                  "threads for GroupLin and OpenBLAS (default: hardware threads)")
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--plot-data", c->plot_data, "also write the GF/s table to this file (gnuplot)");
   cmd->add_flag("--json", c->json, "print JSON");
   cmd->add_flag("--quick", c->quick, "a seconds-long smoke run (small shapes, few cases)");
   cmd->add_flag("--full-size", c->full_size, "the full REFERENCE shapes (long)");
-  cmd->callback([c] { run_bench(*c); });
+  cmd->callback([c, cmd] {
+    c->rows_given = cmd->count("--rows") > 0;
+    c->routings_given = cmd->count("--routing") > 0;
+    c->reps_given = cmd->count("--reps") > 0;
+    run_bench(*c);
+  });
 }
 
 }  // namespace grouplin::cli

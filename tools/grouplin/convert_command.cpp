@@ -57,7 +57,9 @@ void run_convert(const ConvertConfig& c) {
   o.overwrite = c.force;
   ProgressBar bar("converting", c.quiet);
   o.progress = [&bar](uint64_t done, uint64_t total) {
-    if (g_interrupted) throw Error(ErrorCode::IoError, "interrupted; nothing was written");
+    if (g_interrupted)
+      throw Error(ErrorCode::IoError,
+                  "interrupted (SIGINT or SIGTERM); the output was not written");
     bar.update(done, total);
   };
 
@@ -71,15 +73,14 @@ void run_convert(const ConvertConfig& c) {
 
   size_t converted = 0;
   for (const GroupedModule& m : r.modules) converted += m.layout != o.layout;
-  std::printf("%s (%s) -> %s (%s, %s): %zu grouped module(s), %zu converted to %s; "
-              "%zu -> %zu tensors; %s in %.2f s (%s/s)\n",
-              c.in.c_str(), std::string(format_name(r.input_format)).c_str(), c.out.c_str(),
-              std::string(format_name(r.output_format)).c_str(),
-              format_bytes(r.file_bytes).c_str(), r.modules.size(), converted,
-              std::string(expert_layout_name(o.layout)).c_str(), r.input_tensors,
-              r.output_tensors, format_bytes(r.data_bytes).c_str(), seconds,
-              format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0)
-                  .c_str());
+  std::printf(
+      "%s (%s) -> %s (%s, %s): %zu grouped module(s), %zu converted to %s; "
+      "%zu -> %zu tensors; %s in %.2f s (%s/s)\n",
+      c.in.c_str(), std::string(format_name(r.input_format)).c_str(), c.out.c_str(),
+      std::string(format_name(r.output_format)).c_str(), format_bytes(r.file_bytes).c_str(),
+      r.modules.size(), converted, std::string(expert_layout_name(o.layout)).c_str(),
+      r.input_tensors, r.output_tensors, format_bytes(r.data_bytes).c_str(), seconds,
+      format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0).c_str());
 }
 
 }  // namespace
@@ -87,8 +88,9 @@ void run_convert(const ConvertConfig& c) {
 void add_convert_command(CLI::App& app) {
   auto c = std::make_shared<ConvertConfig>();
   CLI::App* cmd = app.add_subcommand(
-      "convert", "Rewrite every grouped module of a checkpoint in one layout, in either format, "
-                 "streaming (memory stays near 1 MiB whatever the file size)");
+      "convert",
+      "Rewrite every grouped module of a checkpoint in one layout, in either format, "
+      "streaming (memory stays near 1 MiB whatever the file size)");
   cmd->add_option("IN", c->in, "input checkpoint (safetensors or .pt, detected by content)")
       ->required();
   cmd->add_option("OUT", c->out, "output checkpoint (written atomically)")->required();

@@ -84,8 +84,9 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
 }
 
 void print_text(const InspectConfig& c, const CheckpointSummary& s) {
-  std::printf("%s: %s, %s (%llu bytes)\n", c.file.c_str(), std::string(format_name(s.format)).c_str(),
-              format_bytes(s.file_bytes).c_str(), static_cast<unsigned long long>(s.file_bytes));
+  std::printf("%s: %s, %s (%llu bytes)\n", c.file.c_str(),
+              std::string(format_name(s.format)).c_str(), format_bytes(s.file_bytes).c_str(),
+              static_cast<unsigned long long>(s.file_bytes));
   if (!s.metadata.empty()) {
     std::printf("metadata:\n");
     for (const auto& [k, v] : s.metadata) std::printf("  %s = %s\n", k.c_str(), v.c_str());
@@ -109,7 +110,8 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
     for (const GroupedModule& m : s.scan.modules) {
       std::string prefix = "\"" + m.prefix + "\"";
       std::string dtype(dtype_name(m.dtype));
-      if (m.bias && m.bias_dtype != m.dtype) dtype += " (bias " + std::string(dtype_name(m.bias_dtype)) + ")";
+      if (m.bias && m.bias_dtype != m.dtype)
+        dtype += " (bias " + std::string(dtype_name(m.bias_dtype)) + ")";
       std::printf("  %-*s  %-10s  %6lld  %6lld  %6lld  %-5s  %s\n", static_cast<int>(pw),
                   prefix.c_str(), std::string(expert_layout_name(m.layout)).c_str(),
                   static_cast<long long>(m.num_experts), static_cast<long long>(m.out_features),
@@ -147,8 +149,9 @@ void run_inspect(const InspectConfig& c) {
 void add_inspect_command(CLI::App& app) {
   auto config = std::make_shared<InspectConfig>();
   CLI::App* cmd = app.add_subcommand(
-      "inspect", "List every tensor (name, dtype, shape, bytes) and every grouped module of a "
-                 "checkpoint (safetensors or .pt, detected by content)");
+      "inspect",
+      "List every tensor (name, dtype, shape, bytes) and every grouped module of a "
+      "checkpoint (safetensors or .pt, detected by content)");
   cmd->add_option("FILE", config->file, "checkpoint file")->required();
   cmd->add_flag("--json", config->json, "print one JSON document (schema in docs/cli.md)");
   cmd->footer(

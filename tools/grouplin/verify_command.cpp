@@ -22,8 +22,8 @@ std::string describe(CheckpointFormat format, const std::vector<GroupedModule>& 
   for (const GroupedModule& m : modules) single += m.layout == ExpertLayout::Single;
   s += ", " + std::to_string(modules.size()) + " grouped module(s)";
   if (!modules.empty()) {
-    s += " (" + std::to_string(modules.size() - single) + " per-expert, " +
-         std::to_string(single) + " single)";
+    s += " (" + std::to_string(modules.size() - single) + " per-expert, " + std::to_string(single) +
+         " single)";
   }
   return s;
 }
@@ -52,8 +52,9 @@ void run_verify(const VerifyConfig& c) {
 void add_verify_command(CLI::App& app) {
   auto c = std::make_shared<VerifyConfig>();
   CLI::App* cmd = app.add_subcommand(
-      "verify", "Check that two checkpoints hold the same values, whatever their layouts and "
-                "formats (entry names, dtypes, shapes and bits)");
+      "verify",
+      "Check that two checkpoints hold the same values, whatever their layouts and "
+      "formats (entry names, dtypes, shapes and bits)");
   cmd->add_option("A", c->a, "first checkpoint")->required();
   cmd->add_option("B", c->b, "second checkpoint")->required();
   cmd->add_option("--max-listed", c->max_listed, "differences to print (default 10)")
@@ -61,7 +62,7 @@ void add_verify_command(CLI::App& app) {
   cmd->footer(
       "Grouped modules are compared expert by expert, so a per-expert file and its single-layout\n"
       "conversion are the same. Values must be bit-identical (-0.0 differs from 0.0). Reads both\n"
-      "files once, in 1 MiB pieces; .pt storage CRCs are checked too.\n"
+      "files once, in 256 KiB pieces; .pt storage CRCs are checked too.\n"
       "Exit: 0 same; 1 different (first differences listed: entry, element index, values);\n"
       "2 unreadable or invalid input.\n\n"
       "Examples:\n"

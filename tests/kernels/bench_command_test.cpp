@@ -1,0 +1,60 @@
+// `grouplin bench`: bad flag values are usage errors (exit 2, nothing measured), and a tiny run
+// prints the JSON the docs describe. Timing is never asserted.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Output {
+  int exit_code = -1;
+  std::string out;
+};
+
+Output run_cli(const std::string& args) {
+  Output o;
+  const std::string cmd = std::string(GROUPLIN_CLI) + " bench " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
+  const int status = pclose(p);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+TEST(BenchCommandTest, BadValuesAreUsageErrors) {
+  for (const char* args : {"--rows 0", "--rows 16,abc", "--shapes nope", "--routing sideways",
+                           "--ops fwd", "--dtype f16", "--reps 0", "--threads 0", "--bogus"}) {
+    const Output o = run_cli(args);
+    EXPECT_EQ(o.exit_code, 2) << args;
+    EXPECT_EQ(o.out.find("GF/s"), std::string::npos) << args << ": measured anyway";
+  }
+}
+
+TEST(BenchCommandTest, TinyRunPrintsResultsAndGoalsAsJson) {
+  const Output o = run_cli(
+      "--quick --shapes qwen3 --rows 16 --routing skewed --ops forward,bgrad "
+      "--dtype f32,bf16 --threads 2 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& r : j["results"]) {
+    EXPECT_EQ(r["shape"], "qwen3");
+    EXPECT_EQ(r["rows"], 16);
+    EXPECT_EQ(r["routing"], "skewed");
+    EXPECT_TRUE(r["memory_bound"].get<bool>());
+    for (const char* dt : {"f32", "bf16"}) {
+      EXPECT_GT(r[dt]["grouplin_gflops"].get<double>(), 0.0) << dt;
+      EXPECT_GT(r[dt]["vs_loop"].get<double>(), 0.0) << dt;
+      EXPECT_GT(r[dt]["vs_copy"].get<double>(), 0.0) << dt;
+    }
+    EXPECT_EQ(r.contains("dense_gflops"), r["op"] == "forward");
+  }
+  EXPECT_EQ(j["goals"].size(), 5u);
+}
+
+}  // namespace
