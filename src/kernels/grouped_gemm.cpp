@@ -19,7 +19,8 @@ constexpr TileShape kForwardDotTile = {
     .rows = 128, .cols = 192, .row_align = kDotRows, .col_align = kDotCols};
 // forward with more rows, dgrad, wgrad: outer-product tiles of up to 384 x 256. Each packs its
 // 256-column slice of B (the weights for forward and dgrad) once per depth block and reuses it
-// for all its rows, so the weights stream once per 384 rows.
+// for all its rows, so the weights stream once per 384 rows (tiles of 96 rows: 0.67 of dense on
+// an 8-expert forward with 512 rows each; 384 rows: 0.97; 192 rows: equal or 3% slower).
 constexpr TileShape kOuterTile = {
     .rows = 384, .cols = 256, .row_align = kOuterRows, .col_align = kOuterCols};
 constexpr TileShape kForwardTile = kOuterTile;
