@@ -5,11 +5,14 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "grouplin/error.hpp"
 
 namespace grouplin {
 namespace {
 
+constexpr size_t kHugePage = size_t{2} << 20;
 std::atomic<uint64_t> g_allocations{0};
 std::atomic<uint64_t> g_allocated_bytes{0};
 std::atomic<uint64_t> g_copied_bytes{0};
@@ -28,8 +31,11 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
   if (rounded < nbytes) throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
   if (rounded == 0) rounded = kStorageAlignment;
-  void* p = std::aligned_alloc(kStorageAlignment, rounded);
+  const bool huge = rounded >= kHugePage;
+  if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(huge ? kHugePage : kStorageAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
+  if (huge) madvise(p, rounded, MADV_HUGEPAGE);
   std::memset(p, 0, rounded);
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   g_allocated_bytes.fetch_add(nbytes, std::memory_order_relaxed);

@@ -42,12 +42,12 @@ void dot_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t 
   }
 }
 
-void outer_6x16_portable(int64_t kc, const float* a, int64_t a_row, int64_t a_step, const float* bp,
-                         float* c, int64_t ldc, bool accumulate) {
-  for (int i = 0; i < kOuterRows; ++i) {
+void outer_tile_portable(int mr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                         const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  for (int i = 0; i < mr; ++i) {
     for (int j = 0; j < kOuterCols; ++j) {
       float acc = accumulate ? c[i * ldc + j] : 0.0f;
-      for (int64_t p = 0; p < kc; ++p) acc += a[i * a_row + p * a_step] * bp[p * kOuterCols + j];
+      for (int64_t p = 0; p < kc; ++p) acc += a[i * a_row + p * a_step] * b[p * ldb + j];
       c[i * ldc + j] = acc;
     }
   }
@@ -100,7 +100,7 @@ void narrow_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
 }
 
 constexpr MicroKernels kPortable = {
-    dot_tile_portable,        dot_tile_bf16_portable, outer_6x16_portable,  fma_rows_portable,
+    dot_tile_portable,        dot_tile_bf16_portable, outer_tile_portable,  fma_rows_portable,
     pack_transposed_portable, widen_bf16_portable,    narrow_bf16_portable, "portable"};
 
 // ---- AVX2 + FMA ----
@@ -211,48 +211,57 @@ void dot_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda,
   kDotTable<true>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
 }
 
-// 12 accumulators (6 rows x 2 vectors of 8), 2 loads of B and 6 broadcasts of A per step.
-// Packed A (a_row = 1, a_step = 6) gets its own instance with constant strides.
-template <bool kPacked>
-GROUPLIN_AVX2 void outer_6x16_avx2_impl(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                                        const float* bp, float* c, int64_t ldc, bool accumulate) {
+// MR x 2 accumulators of 8 lanes (12 at MR = 6), 2 loads of B and MR broadcasts of A per step.
+// Instances for each row count, so that a ragged last panel costs only its own rows (with a
+// 6-row kernel on a zero-padded copy, a 32-row tile ran 6 panels' work for 5 1/3 and copied);
+// packed A (a_row = 1, a_step = 6) gets its own instances with constant strides.
+template <int MR, bool kPacked>
+GROUPLIN_AVX2 void outer_tile_avx2_impl(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                                        const float* b, int64_t ldb, float* c, int64_t ldc,
+                                        bool accumulate) {
   if constexpr (kPacked) {
     a_row = 1;
     a_step = kOuterRows;
   }
-  __m256 acc[kOuterRows][2];
+  __m256 acc[MR][2];
 #pragma GCC unroll 6
-  for (int i = 0; i < kOuterRows; ++i) {
+  for (int i = 0; i < MR; ++i) {
     acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
     acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
-  const float* row[kOuterRows];
+  const float* row[MR];
 #pragma GCC unroll 6
-  for (int i = 0; i < kOuterRows; ++i) row[i] = a + i * a_row;
+  for (int i = 0; i < MR; ++i) row[i] = a + i * a_row;
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(bp + p * kOuterCols);
-    const __m256 b1 = _mm256_load_ps(bp + p * kOuterCols + 8);
+    const __m256 b0 = _mm256_loadu_ps(b + p * ldb);
+    const __m256 b1 = _mm256_loadu_ps(b + p * ldb + 8);
 #pragma GCC unroll 6
-    for (int i = 0; i < kOuterRows; ++i) {
+    for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_broadcast_ss(row[i] + p * a_step);
       acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
     }
   }
 #pragma GCC unroll 6
-  for (int i = 0; i < kOuterRows; ++i) {
+  for (int i = 0; i < MR; ++i) {
     _mm256_storeu_ps(c + i * ldc, acc[i][0]);
     _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
   }
 }
 
-void outer_6x16_avx2(int64_t kc, const float* a, int64_t a_row, int64_t a_step, const float* bp,
-                     float* c, int64_t ldc, bool accumulate) {
-  if (a_row == 1 && a_step == kOuterRows) {
-    outer_6x16_avx2_impl<true>(kc, a, a_row, a_step, bp, c, ldc, accumulate);
-  } else {
-    outer_6x16_avx2_impl<false>(kc, a, a_row, a_step, bp, c, ldc, accumulate);
-  }
+using OuterFixed = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
+                            int64_t, bool);
+template <bool kPacked>
+constexpr OuterFixed kOuterTable[kOuterRows] = {
+    outer_tile_avx2_impl<1, kPacked>, outer_tile_avx2_impl<2, kPacked>,
+    outer_tile_avx2_impl<3, kPacked>, outer_tile_avx2_impl<4, kPacked>,
+    outer_tile_avx2_impl<5, kPacked>, outer_tile_avx2_impl<6, kPacked>};
+
+void outer_tile_avx2(int mr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                     const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  const bool packed = a_row == 1 && a_step == kOuterRows;
+  (packed ? kOuterTable<true> : kOuterTable<false>)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc,
+                                                            accumulate);
 }
 
 // c[r] += a(r, p) * b[p] over 8-column vectors; the ragged end uses masked loads and stores, so
@@ -384,7 +393,7 @@ GROUPLIN_AVX2 void widen_bf16_avx2(const uint16_t* src, float* dst, int64_t n) {
 }
 
 constexpr MicroKernels kAvx2 = {
-    dot_tile_avx2,        dot_tile_bf16_avx2, outer_6x16_avx2,  fma_rows_avx2,
+    dot_tile_avx2,        dot_tile_bf16_avx2, outer_tile_avx2,  fma_rows_avx2,
     pack_transposed_avx2, widen_bf16_avx2,    narrow_bf16_avx2, "avx2+fma"};
 
 const MicroKernels* best_for_cpu() {

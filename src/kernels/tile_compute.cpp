@@ -91,21 +91,27 @@ struct Region {
 // stalling the next pack.
 class Prefetcher {
  public:
-  Prefetcher(const Region& r, int64_t calls) : r_(r) {
+  Prefetcher(const Region& r, int64_t calls) : r_(r), row_ptr_(r.base) {
     lines_per_row_ = (r.row_bytes + 63) / 64;
     total_ = r.rows * lines_per_row_;
     per_call_ = calls > 1 ? (total_ + calls - 1) / calls : total_;
   }
+  // Walks the region with running row and line counters: a division per line (the obvious
+  // row = n / lines_per_row) cost a quarter of the forward time at 32 rows per expert.
   void step() {
     for (int64_t n = 0; n < per_call_ && next_ < total_; ++n, ++next_) {
-      const int64_t row = next_ / lines_per_row_, line = next_ % lines_per_row_;
-      __builtin_prefetch(r_.base + row * r_.stride + line * 64, 0, 2);
+      __builtin_prefetch(row_ptr_ + line_ * 64, 0, 2);
+      if (++line_ == lines_per_row_) {
+        line_ = 0;
+        row_ptr_ += r_.stride;
+      }
     }
   }
 
  private:
   Region r_;
-  int64_t lines_per_row_ = 0, total_ = 0, per_call_ = 0, next_ = 0;
+  int64_t lines_per_row_ = 0, total_ = 0, per_call_ = 0, next_ = 0, line_ = 0;
+  const std::byte* row_ptr_;
 };
 
 Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
@@ -113,42 +119,66 @@ Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64
   return {element(m, r0, c0), m.ld * elem, rows, cols * elem};
 }
 
-// c[rows x cols] (ldc) += A-panels · B-panels over kc. Micro-tiles that stick out of the tile
-// run on a zero-padded local copy, so nothing outside the tile is touched (the output may be
-// the caller's tensor, with other threads writing next to it).
-void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const float* bp, float* c,
-                 int64_t ldc, bool accumulate, Prefetcher& prefetch) {
+// The row panels of `rows` rows: as few as fit in kOuterRows each, of nearly equal heights (32
+// rows: 6, 6, 5, 5, 5, 5). Below 4 rows a micro-tile has too few accumulators to hide the FMA
+// latency and costs as much as a full one: 32 rows as 6 x 5 + 2 ran 15% slower.
+struct RowPanels {
+  int64_t count, base, extra;  // the first `extra` panels have base + 1 rows, the rest base
+  explicit RowPanels(int64_t rows)
+      : count((rows + kOuterRows - 1) / kOuterRows),
+        base(count > 0 ? rows / count : 0),
+        extra(count > 0 ? rows % count : 0) {}
+  int64_t start(int64_t i) const { return i * base + std::min(i, extra); }
+  int height(int64_t i) const { return static_cast<int>(base + (i < extra ? 1 : 0)); }
+};
+
+// c[rows x cols] (ldc) += A · B over kc: A packed as RowPanels(rows) (panel i at i * 6 * kc), B
+// packed (ldb = kOuterCols, panel j at j * kc) or read in place (ldb = its ld, columns j.. at
+// b + j). Micro-tiles with fewer than 16 columns run on a zero-padded local copy, so nothing
+// outside the tile is touched (the output may be the caller's tensor, with other threads writing
+// next to it).
+void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const float* b,
+                 int64_t ldb, float* c, int64_t ldc, bool accumulate, Prefetcher& prefetch) {
   const MicroKernels& mk = micro_kernels();
+  const bool packed = ldb == kOuterCols;
+  const RowPanels panels(rows);
   for (int64_t j = 0; j < cols; j += kOuterCols) {
-    for (int64_t i = 0; i < rows; i += kOuterRows) {
-      const float* a = ap + i * kc;
-      const float* b = bp + j * kc;
+    const float* bj = packed ? b + j * kc : b + j;
+    for (int64_t q = 0; q < panels.count; ++q) {
+      const float* a = ap + q * kOuterRows * kc;
+      const int64_t i = panels.start(q);
+      const int h = panels.height(q);
       prefetch.step();
-      if (i + kOuterRows <= rows && j + kOuterCols <= cols) {
-        mk.outer_6x16(kc, a, 1, kOuterRows, b, c + i * ldc + j, ldc, accumulate);
+      if (j + kOuterCols <= cols) {
+        mk.outer_tile(h, kc, a, 1, kOuterRows, bj, ldb, c + i * ldc + j, ldc, accumulate);
         continue;
       }
-      const int64_t h = std::min<int64_t>(kOuterRows, rows - i);
-      const int64_t w = std::min<int64_t>(kOuterCols, cols - j);
+      const int64_t w = cols - j;
       alignas(32) float local[kOuterRows * kOuterCols] = {};
       if (accumulate) {
         for (int64_t r = 0; r < h; ++r)
           std::copy_n(c + (i + r) * ldc + j, w, local + r * kOuterCols);
       }
-      mk.outer_6x16(kc, a, 1, kOuterRows, b, local, kOuterCols, accumulate);
+      mk.outer_tile(h, kc, a, 1, kOuterRows, bj, ldb, local, kOuterCols, accumulate);
       for (int64_t r = 0; r < h; ++r) std::copy_n(local + r * kOuterCols, w, c + (i + r) * ldc + j);
     }
   }
 }
 
-// The packed path shared by forward, dgrad and wgrad: c[rows x cols] = A · B over `depth`, in
-// blocks of kOuterDepth; each block packs B once (pack_b(p0, kc, b)) and A in pieces of
-// kOuterBlockRows rows (pack_a(i0, rows, p0, kc, a)), while prefetching what the next block's
-// pack_b will read (b_source(p0, kc)).
-// During the last block it prefetches `after`, the next tile's first block.
-template <class PackA, class PackB, class SourceB>
+// B for one depth block: packed B-panels (ldb = kOuterCols), or a matrix read in place (its ld).
+struct BBlock {
+  const float* b;
+  int64_t ldb;
+};
+
+// The outer-product path shared by forward, dgrad and wgrad: c[rows x cols] = A · B over
+// `depth`, in blocks of kOuterDepth; each block gets B once (b_block(p0, kc, scratch): packed
+// there, or read in place) and packs A in pieces of kOuterBlockRows rows, one row panel at a time
+// (pack_a(i0, rows, p0, kc, a), rows <= kOuterRows), while prefetching what the next block's B will read
+// (b_source(p0, kc)). During the last block it prefetches `after`, the next tile's first block.
+template <class PackA, class BlockB, class SourceB>
 void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t ldc,
-                   const Scratch& s, const PackA& pack_a, const PackB& pack_b,
+                   const Scratch& s, const PackA& pack_a, const BlockB& b_block,
                    const SourceB& b_source, const Region& after) {
   const int64_t calls =
       ((rows + kOuterRows - 1) / kOuterRows) * ((cols + kOuterCols - 1) / kOuterCols);
@@ -157,11 +187,13 @@ void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t 
     const int64_t next = p0 + kc;
     Prefetcher prefetch(next < depth ? b_source(next, std::min(kOuterDepth, depth - next)) : after,
                         calls);
-    pack_b(p0, kc, s.b);
+    const BBlock b = b_block(p0, kc, s.b);
     for (int64_t i0 = 0; i0 < rows; i0 += kOuterBlockRows) {
       const int64_t mc = std::min(kOuterBlockRows, rows - i0);
-      pack_a(i0, mc, p0, kc, s.a);
-      outer_tiles(mc, cols, kc, s.a, s.b, c + i0 * ldc, ldc, p0 > 0, prefetch);
+      const RowPanels panels(mc);
+      for (int64_t q = 0; q < panels.count; ++q)
+        pack_a(i0 + panels.start(q), panels.height(q), p0, kc, s.a + q * kOuterRows * kc);
+      outer_tiles(mc, cols, kc, s.a, b.b, b.ldb, c + i0 * ldc, ldc, p0 > 0, prefetch);
     }
   }
 }
@@ -230,18 +262,17 @@ void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile
         calls);
     pack_b_transposed(args.x, k0, kc, t.row0, t.rows, s.b);
     for (int64_t n = 0; n < t.cols; n += kOuterRows) {
-      const int64_t h = std::min<int64_t>(kOuterRows, t.cols - n);
+      const int h = static_cast<int>(std::min<int64_t>(kOuterRows, t.cols - n));
       const float* a = reinterpret_cast<const float*>(element(w, t.col0 + n, k0));
       int64_t lda = w.ld;
-      if (w.dtype != DType::F32 || h < kOuterRows) {
+      if (w.dtype != DType::F32) {
         for (int64_t i = 0; i < h; ++i) load_f32(w, t.col0 + n + i, k0, kc, s.a + i * kc);
-        std::fill(s.a + h * kc, s.a + kOuterRows * kc, 0.0f);
         a = s.a;
         lda = kc;
       }
       for (int64_t q = 0; q < ldct; q += kOuterCols) {
         prefetch.step();
-        mk.outer_6x16(kc, a, lda, 1, s.b + q * kc, ct + n * ldct + q, ldct, k0 > 0);
+        mk.outer_tile(h, kc, a, lda, 1, s.b + q * kc, kOuterCols, ct + n * ldct + q, ldct, k0 > 0);
       }
     }
   }
@@ -317,7 +348,10 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
         [&](int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* a) {
           pack_a_rows_of(args.x, t.row0 + i0, rows, k0, kc, a);
         },
-        [&](int64_t k0, int64_t kc, float* b) { pack_b_transposed(w, k0, kc, t.col0, t.cols, b); },
+        [&](int64_t k0, int64_t kc, float* b) {
+          pack_b_transposed(w, k0, kc, t.col0, t.cols, b);
+          return BBlock{b, kOuterCols};
+        },
         [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
         forward_first(args, next));
   }
@@ -371,12 +405,20 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
       }
     }
   } else {
+    // Few rows share each weight: read W in place rather than pack it (same bits). Full 16-column
+    // micro-tiles only, so that nothing past the tile's columns is read.
+    const bool in_place =
+        t.rows <= kInPlaceMaxRows && w.dtype == DType::F32 && t.cols % kOuterCols == 0;
     outer_product(
         t.rows, t.cols, args.out_features, acc.c, acc.ldc, s,
         [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
           pack_a_rows_of(args.dy, t.row0 + i0, rows, p0, kc, a);
         },
-        [&](int64_t p0, int64_t kc, float* b) { pack_b_rows(w, p0, kc, t.col0, t.cols, b); },
+        [&](int64_t p0, int64_t kc, float* b) {
+          if (in_place) return BBlock{reinterpret_cast<const float*>(element(w, p0, t.col0)), w.ld};
+          pack_b_rows(w, p0, kc, t.col0, t.cols, b);
+          return BBlock{b, kOuterCols};
+        },
         [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
         dgrad_first(args, next));
   }
@@ -436,6 +478,7 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
         },
         [&](int64_t p0, int64_t kc, float* b) {
           pack_b_rows(args.x, first + p0, kc, t.col0, t.cols, b);
+          return BBlock{b, kOuterCols};
         },
         [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
         wgrad_first(args, next));

@@ -43,6 +43,9 @@ inline constexpr int64_t kDotMaxRows = 8;
 // 256 measured within noise).
 inline constexpr int64_t kBroadcastMaxRows = 96;
 inline constexpr int64_t kBroadcastDepth = 128;
+// dgrad tiles of at most kInPlaceMaxRows rows read F32 weights in place as the B operand instead
+// of packing them (same bits).
+inline constexpr int64_t kInPlaceMaxRows = 64;
 // dgrad tiles of at most kDirectMaxRows rows and wgrad tiles of depth at most kDirectMaxDepth
 // skip packing and run fma_rows straight from the operands (same bits as the packed path). dgrad
 // with 8 rows unpacked ran 2x slower than packed (8 rows of dx a 4 KiB stride apart alias in L1).

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -124,7 +125,7 @@ TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
   }
 }
 
-// fma_rows (unpacked) and outer_6x16 (packed panels) form the same chain of fused multiply-adds,
+// fma_rows (unpacked) and outer_tile (packed panels) form the same chain of fused multiply-adds,
 // and splitting the depth into blocks does not change it.
 TEST_F(MicroKernelsTest, FmaRowsEqualsOuterProductAndDepthBlocking) {
   const int64_t depth = 37;
@@ -140,24 +141,56 @@ TEST_F(MicroKernelsTest, FmaRowsEqualsOuterProductAndDepthBlocking) {
   alignas(32) float bp[depth * kOuterCols];
   std::memcpy(bp, b.data(), sizeof bp);
   std::vector<float> outer(kOuterRows * kOuterCols, 0.25f), rows = outer, blocked = outer;
-  micro_kernels().outer_6x16(depth, ap.data(), 1, kOuterRows, bp, outer.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, depth, ap.data(), 1, kOuterRows, bp, kOuterCols,
+                             outer.data(), kOuterCols, true);
   micro_kernels().fma_rows(kOuterRows, depth, a.data(), depth, b.data(), kOuterCols, kOuterCols,
                            rows.data(), kOuterCols);
-  micro_kernels().outer_6x16(20, ap.data(), 1, kOuterRows, bp, blocked.data(), kOuterCols, true);
-  micro_kernels().outer_6x16(depth - 20, ap.data() + 20 * kOuterRows, 1, kOuterRows,
-                             bp + 20 * kOuterCols, blocked.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, 20, ap.data(), 1, kOuterRows, bp, kOuterCols,
+                             blocked.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, depth - 20, ap.data() + 20 * kOuterRows, 1, kOuterRows,
+                             bp + 20 * kOuterCols, kOuterCols, blocked.data(), kOuterCols, true);
   EXPECT_TRUE(same_bits(outer, rows));
   EXPECT_TRUE(same_bits(outer, blocked));
   // Starting from +0 without reading c equals accumulating onto zeros, whatever c held.
   std::vector<float> fresh(kOuterRows * kOuterCols, std::numeric_limits<float>::quiet_NaN());
   std::vector<float> zeros(kOuterRows * kOuterCols, 0.0f);
-  micro_kernels().outer_6x16(depth, ap.data(), 1, kOuterRows, bp, fresh.data(), kOuterCols, false);
-  micro_kernels().outer_6x16(depth, ap.data(), 1, kOuterRows, bp, zeros.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, depth, ap.data(), 1, kOuterRows, bp, kOuterCols,
+                             fresh.data(), kOuterCols, false);
+  micro_kernels().outer_tile(kOuterRows, depth, ap.data(), 1, kOuterRows, bp, kOuterCols,
+                             zeros.data(), kOuterCols, true);
   // Rows read in place (a_row = depth, a_step = 1) equal the packed panel.
   std::vector<float> in_place(kOuterRows * kOuterCols, 0.25f);
-  micro_kernels().outer_6x16(depth, a.data(), depth, 1, bp, in_place.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, depth, a.data(), depth, 1, bp, kOuterCols,
+                             in_place.data(), kOuterCols, true);
   EXPECT_TRUE(same_bits(outer, in_place));
   EXPECT_TRUE(same_bits(fresh, zeros));
+}
+
+// Every row count gives each row the bits of the 6-row tile, writes only its own rows, and B read
+// in place with a leading dimension equals the packed panel.
+TEST_F(MicroKernelsTest, OuterTileRowCountsAndInPlaceB) {
+  const int64_t depth = 29, ldb = 21;
+  const std::vector<float> a = random_floats(static_cast<size_t>(kOuterRows * depth), 7);
+  const std::vector<float> wide = random_floats(static_cast<size_t>(depth * ldb), 8);
+  alignas(32) float bp[depth * kOuterCols];
+  for (int64_t p = 0; p < depth; ++p)
+    std::copy_n(wide.data() + p * ldb + 2, kOuterCols, bp + p * kOuterCols);
+  std::vector<float> full(kOuterRows * kOuterCols, 0.5f);
+  micro_kernels().outer_tile(kOuterRows, depth, a.data(), depth, 1, bp, kOuterCols, full.data(),
+                             kOuterCols, true);
+  for (int mr = 1; mr <= kOuterRows; ++mr) {
+    std::vector<float> part((kOuterRows + 1) * kOuterCols, 0.5f);
+    micro_kernels().outer_tile(mr, depth, a.data(), depth, 1, wide.data() + 2, ldb, part.data(),
+                               kOuterCols, true);
+    for (int i = 0; i <= kOuterRows; ++i) {
+      for (int j = 0; j < kOuterCols; ++j) {
+        const float got = part[static_cast<size_t>(i * kOuterCols + j)];
+        const float want = i < mr ? full[static_cast<size_t>(i * kOuterCols + j)] : 0.5f;
+        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+            << "mr " << mr << " row " << i << " col " << j;
+      }
+    }
+  }
 }
 
 // fma_rows leaves columns past `cols` untouched (its masked tail).
