@@ -1,11 +1,11 @@
 #include "grouplin/storage.hpp"
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#include <sys/mman.h>
 
 #include "grouplin/error.hpp"
 
@@ -29,7 +29,8 @@ Storage::~Storage() {
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   // aligned_alloc wants a size that is a multiple of the alignment, and never 0.
   size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
-  if (rounded < nbytes) throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
+  if (rounded < nbytes)
+    throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
   if (rounded == 0) rounded = kStorageAlignment;
   const bool huge = rounded >= kHugePage;
   if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
@@ -51,9 +52,9 @@ std::shared_ptr<Storage> Storage::wrap(const std::byte* data, size_t nbytes,
 
 std::byte* Storage::mutable_data() {
   if (!owned_) {
-    throw Error(ErrorCode::ReadOnlyTensor,
-                "writing to read-only storage of " + std::to_string(size_) +
-                    " bytes (a file mapping); copy it first");
+    throw Error(ErrorCode::ReadOnlyTensor, "writing to read-only storage of " +
+                                               std::to_string(size_) +
+                                               " bytes (a file mapping); copy it first");
   }
   return data_;
 }

@@ -42,10 +42,10 @@ void dot_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t 
   }
 }
 
-void outer_tile_portable(int mr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+void outer_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                          const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < kOuterCols; ++j) {
+    for (int j = 0; j < nr; ++j) {
       float acc = accumulate ? c[i * ldc + j] : 0.0f;
       for (int64_t p = 0; p < kc; ++p) acc += a[i * a_row + p * a_step] * b[p * ldb + j];
       c[i * ldc + j] = acc;
@@ -211,11 +211,12 @@ void dot_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda,
   kDotTable<true>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
 }
 
-// MR x 2 accumulators of 8 lanes (12 at MR = 6), 2 loads of B and MR broadcasts of A per step.
+// MR x NV accumulators of 8 lanes (12 at 6 x 2), NV loads of B and MR broadcasts of A per step.
 // Instances for each row count, so that a ragged last panel costs only its own rows (with a
-// 6-row kernel on a zero-padded copy, a 32-row tile ran 6 panels' work for 5 1/3 and copied);
-// packed A (a_row = 1, a_step = 6) gets its own instances with constant strides.
-template <int MR, bool kPacked>
+// 6-row kernel on a zero-padded copy, a 32-row tile ran 6 panels' work for 5 1/3 and copied), and
+// for 8 columns, so that a panel with at most 8 valid columns costs half; packed A (a_row = 1,
+// a_step = 6) gets its own instances with constant strides.
+template <int MR, int NV, bool kPacked>
 GROUPLIN_AVX2 void outer_tile_avx2_impl(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                                         const float* b, int64_t ldb, float* c, int64_t ldc,
                                         bool accumulate) {
@@ -223,45 +224,49 @@ GROUPLIN_AVX2 void outer_tile_avx2_impl(int64_t kc, const float* a, int64_t a_ro
     a_row = 1;
     a_step = kOuterRows;
   }
-  __m256 acc[MR][2];
+  __m256 acc[MR][NV];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
-    acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-    acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      acc[i][v] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8 * v) : _mm256_setzero_ps();
   }
   const float* row[MR];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) row[i] = a + i * a_row;
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(b + p * ldb);
-    const __m256 b1 = _mm256_loadu_ps(b + p * ldb + 8);
+    __m256 bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + p * ldb + 8 * v);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_broadcast_ss(row[i] + p * a_step);
-      acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
     }
   }
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
-    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
   }
 }
 
 using OuterFixed = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
                             int64_t, bool);
-template <bool kPacked>
-constexpr OuterFixed kOuterTable[kOuterRows] = {
-    outer_tile_avx2_impl<1, kPacked>, outer_tile_avx2_impl<2, kPacked>,
-    outer_tile_avx2_impl<3, kPacked>, outer_tile_avx2_impl<4, kPacked>,
-    outer_tile_avx2_impl<5, kPacked>, outer_tile_avx2_impl<6, kPacked>};
+template <int NV, bool kPacked>
+constexpr OuterFixed kOuterRowsTable[kOuterRows] = {
+    outer_tile_avx2_impl<1, NV, kPacked>, outer_tile_avx2_impl<2, NV, kPacked>,
+    outer_tile_avx2_impl<3, NV, kPacked>, outer_tile_avx2_impl<4, NV, kPacked>,
+    outer_tile_avx2_impl<5, NV, kPacked>, outer_tile_avx2_impl<6, NV, kPacked>};
 
-void outer_tile_avx2(int mr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+void outer_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                      const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const bool packed = a_row == 1 && a_step == kOuterRows;
-  (packed ? kOuterTable<true> : kOuterTable<false>)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc,
-                                                            accumulate);
+  const OuterFixed* table = nr == 8
+                                ? (packed ? kOuterRowsTable<1, true> : kOuterRowsTable<1, false>)
+                                : (packed ? kOuterRowsTable<2, true> : kOuterRowsTable<2, false>);
+  table[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
 }
 
 // c[r] += a(r, p) * b[p] over 8-column vectors; the ragged end uses masked loads and stores, so

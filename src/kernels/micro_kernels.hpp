@@ -3,7 +3,7 @@
 //
 //   const MicroKernels& mk = micro_kernels();
 //   mk.dot_tile(4, 3, kc, x, ldx, w, ldw, c, ldc);     // c[i][j] += x_i · w_j over kc
-//   mk.outer_tile(6, kc, a_panel, 1, 6, b_panel, 16, c, ldc, true);  // c[6][16] += A · B
+//   mk.outer_tile(6, 16, kc, a_panel, 1, 6, b_panel, 16, c, ldc, true);  // c[6][16] += A · B
 //
 // Each function computes an output element with the same operations in the same order wherever
 // the element lies in a tile, so the tiling never changes results. Both sets give results within
@@ -33,14 +33,14 @@ struct MicroKernels {
   void (*dot_tile_bf16)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, float* c, int64_t ldc);
 
-  // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * b[p * ldb + j], for i < mr, j < kOuterCols,
-  // with A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1, a_step kOuterRows) or
-  // rows of a matrix read in place (a_row = its ld, a_step 1); B a packed B-panel (ldb
-  // kOuterCols) or 16 columns of a matrix read in place (ldb = its ld). One chain of fused
-  // multiply-adds in p order, starting from c's value when `accumulate`, else from +0 (the same
-  // bits as from a zeroed c, so splitting kc into blocks gives the same bits), whatever mr is.
-  // Requires: 1 <= mr <= kOuterRows; c has room for mr x 16.
-  void (*outer_tile)(int mr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+  // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * b[p * ldb + j], for i < mr, j < nr, with
+  // A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1, a_step kOuterRows) or rows of
+  // a matrix read in place (a_row = its ld, a_step 1); B a packed B-panel (ldb kOuterCols) or
+  // columns of a matrix read in place (ldb = its ld). One chain of fused multiply-adds in p
+  // order, starting from c's value when `accumulate`, else from +0 (the same bits as from a zeroed
+  // c, so splitting kc into blocks gives the same bits), whatever mr and nr are.
+  // Requires: 1 <= mr <= kOuterRows, nr == 8 or kOuterCols; c has room for mr x nr.
+  void (*outer_tile)(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                      const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
 
   // c[r * ldc + j] += sum over p < depth of a[r * lda + p] * b[p * ldb + j], for r < rows,

@@ -150,7 +150,8 @@ void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const 
       const int h = panels.height(q);
       prefetch.step();
       if (j + kOuterCols <= cols) {
-        mk.outer_tile(h, kc, a, 1, kOuterRows, bj, ldb, c + i * ldc + j, ldc, accumulate);
+        mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, ldb, c + i * ldc + j, ldc,
+                      accumulate);
         continue;
       }
       const int64_t w = cols - j;
@@ -159,7 +160,7 @@ void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const 
         for (int64_t r = 0; r < h; ++r)
           std::copy_n(c + (i + r) * ldc + j, w, local + r * kOuterCols);
       }
-      mk.outer_tile(h, kc, a, 1, kOuterRows, bj, ldb, local, kOuterCols, accumulate);
+      mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, ldb, local, kOuterCols, accumulate);
       for (int64_t r = 0; r < h; ++r) std::copy_n(local + r * kOuterCols, w, c + (i + r) * ldc + j);
     }
   }
@@ -174,8 +175,9 @@ struct BBlock {
 // The outer-product path shared by forward, dgrad and wgrad: c[rows x cols] = A · B over
 // `depth`, in blocks of kOuterDepth; each block gets B once (b_block(p0, kc, scratch): packed
 // there, or read in place) and packs A in pieces of kOuterBlockRows rows, one row panel at a time
-// (pack_a(i0, rows, p0, kc, a), rows <= kOuterRows), while prefetching what the next block's B will read
-// (b_source(p0, kc)). During the last block it prefetches `after`, the next tile's first block.
+// (pack_a(i0, rows, p0, kc, a), rows <= kOuterRows), while prefetching what the next block's B will
+// read (b_source(p0, kc)). During the last block it prefetches `after`, the next tile's first
+// block.
 template <class PackA, class BlockB, class SourceB>
 void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t ldc,
                    const Scratch& s, const PackA& pack_a, const BlockB& b_block,
@@ -272,7 +274,11 @@ void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile
       }
       for (int64_t q = 0; q < ldct; q += kOuterCols) {
         prefetch.step();
-        mk.outer_tile(h, kc, a, lda, 1, s.b + q * kc, kOuterCols, ct + n * ldct + q, ldct, k0 > 0);
+        // A last panel with at most 8 rows of x computes only those lanes (18 rows: 24 lanes
+        // of work instead of 32; the rest of ct is never read).
+        const int nr = t.rows - q <= 8 ? 8 : kOuterCols;
+        mk.outer_tile(h, nr, kc, a, lda, 1, s.b + q * kc, kOuterCols, ct + n * ldct + q, ldct,
+                      k0 > 0);
       }
     }
   }

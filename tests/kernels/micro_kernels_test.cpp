@@ -141,33 +141,34 @@ TEST_F(MicroKernelsTest, FmaRowsEqualsOuterProductAndDepthBlocking) {
   alignas(32) float bp[depth * kOuterCols];
   std::memcpy(bp, b.data(), sizeof bp);
   std::vector<float> outer(kOuterRows * kOuterCols, 0.25f), rows = outer, blocked = outer;
-  micro_kernels().outer_tile(kOuterRows, depth, ap.data(), 1, kOuterRows, bp, kOuterCols,
-                             outer.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
+                             kOuterCols, outer.data(), kOuterCols, true);
   micro_kernels().fma_rows(kOuterRows, depth, a.data(), depth, b.data(), kOuterCols, kOuterCols,
                            rows.data(), kOuterCols);
-  micro_kernels().outer_tile(kOuterRows, 20, ap.data(), 1, kOuterRows, bp, kOuterCols,
+  micro_kernels().outer_tile(kOuterRows, kOuterCols, 20, ap.data(), 1, kOuterRows, bp, kOuterCols,
                              blocked.data(), kOuterCols, true);
-  micro_kernels().outer_tile(kOuterRows, depth - 20, ap.data() + 20 * kOuterRows, 1, kOuterRows,
-                             bp + 20 * kOuterCols, kOuterCols, blocked.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth - 20, ap.data() + 20 * kOuterRows, 1,
+                             kOuterRows, bp + 20 * kOuterCols, kOuterCols, blocked.data(),
+                             kOuterCols, true);
   EXPECT_TRUE(same_bits(outer, rows));
   EXPECT_TRUE(same_bits(outer, blocked));
   // Starting from +0 without reading c equals accumulating onto zeros, whatever c held.
   std::vector<float> fresh(kOuterRows * kOuterCols, std::numeric_limits<float>::quiet_NaN());
   std::vector<float> zeros(kOuterRows * kOuterCols, 0.0f);
-  micro_kernels().outer_tile(kOuterRows, depth, ap.data(), 1, kOuterRows, bp, kOuterCols,
-                             fresh.data(), kOuterCols, false);
-  micro_kernels().outer_tile(kOuterRows, depth, ap.data(), 1, kOuterRows, bp, kOuterCols,
-                             zeros.data(), kOuterCols, true);
+  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
+                             kOuterCols, fresh.data(), kOuterCols, false);
+  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
+                             kOuterCols, zeros.data(), kOuterCols, true);
   // Rows read in place (a_row = depth, a_step = 1) equal the packed panel.
   std::vector<float> in_place(kOuterRows * kOuterCols, 0.25f);
-  micro_kernels().outer_tile(kOuterRows, depth, a.data(), depth, 1, bp, kOuterCols,
+  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, a.data(), depth, 1, bp, kOuterCols,
                              in_place.data(), kOuterCols, true);
   EXPECT_TRUE(same_bits(outer, in_place));
   EXPECT_TRUE(same_bits(fresh, zeros));
 }
 
-// Every row count gives each row the bits of the 6-row tile, writes only its own rows, and B read
-// in place with a leading dimension equals the packed panel.
+// Every row count and both widths give each element the bits of the 6 x 16 tile and write only
+// their own rows and columns; B read in place with a leading dimension equals the packed panel.
 TEST_F(MicroKernelsTest, OuterTileRowCountsAndInPlaceB) {
   const int64_t depth = 29, ldb = 21;
   const std::vector<float> a = random_floats(static_cast<size_t>(kOuterRows * depth), 7);
@@ -176,18 +177,21 @@ TEST_F(MicroKernelsTest, OuterTileRowCountsAndInPlaceB) {
   for (int64_t p = 0; p < depth; ++p)
     std::copy_n(wide.data() + p * ldb + 2, kOuterCols, bp + p * kOuterCols);
   std::vector<float> full(kOuterRows * kOuterCols, 0.5f);
-  micro_kernels().outer_tile(kOuterRows, depth, a.data(), depth, 1, bp, kOuterCols, full.data(),
-                             kOuterCols, true);
-  for (int mr = 1; mr <= kOuterRows; ++mr) {
-    std::vector<float> part((kOuterRows + 1) * kOuterCols, 0.5f);
-    micro_kernels().outer_tile(mr, depth, a.data(), depth, 1, wide.data() + 2, ldb, part.data(),
-                               kOuterCols, true);
-    for (int i = 0; i <= kOuterRows; ++i) {
-      for (int j = 0; j < kOuterCols; ++j) {
-        const float got = part[static_cast<size_t>(i * kOuterCols + j)];
-        const float want = i < mr ? full[static_cast<size_t>(i * kOuterCols + j)] : 0.5f;
-        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
-            << "mr " << mr << " row " << i << " col " << j;
+  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, a.data(), depth, 1, bp, kOuterCols,
+                             full.data(), kOuterCols, true);
+  for (int nr : {8, kOuterCols}) {
+    for (int mr = 1; mr <= kOuterRows; ++mr) {
+      std::vector<float> part((kOuterRows + 1) * kOuterCols, 0.5f);
+      micro_kernels().outer_tile(mr, nr, depth, a.data(), depth, 1, wide.data() + 2, ldb,
+                                 part.data(), kOuterCols, true);
+      for (int i = 0; i <= kOuterRows; ++i) {
+        for (int j = 0; j < kOuterCols; ++j) {
+          const float got = part[static_cast<size_t>(i * kOuterCols + j)];
+          const float want =
+              i < mr && j < nr ? full[static_cast<size_t>(i * kOuterCols + j)] : 0.5f;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+              << "mr " << mr << " nr " << nr << " row " << i << " col " << j;
+        }
       }
     }
   }
