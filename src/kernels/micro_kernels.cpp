@@ -53,12 +53,44 @@ void outer_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_r
   }
 }
 
+void outer_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row,
+                              int64_t a_step, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
+                              bool accumulate) {
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < nr; ++j) {
+      float acc = accumulate ? c[i * ldc + j] : 0.0f;
+      for (int64_t p = 0; p < kc; ++p) {
+        const uint32_t bits = uint32_t{b[p * ldb + j]} << 16;
+        float bf;
+        std::memcpy(&bf, &bits, sizeof bf);
+        acc += a[i * a_row + p * a_step] * bf;
+      }
+      c[i * ldc + j] = acc;
+    }
+  }
+}
+
 void fma_rows_portable(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
                        int64_t ldb, int64_t cols, float* c, int64_t ldc) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t p = 0; p < depth; ++p) {
       const float av = a[r * lda + p];
       for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += av * b[p * ldb + j];
+    }
+  }
+}
+
+void fma_rows_bf16_portable(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = 0; p < depth; ++p) {
+      const float av = a[r * lda + p];
+      for (int64_t j = 0; j < cols; ++j) {
+        const uint32_t bits = uint32_t{b[p * ldb + j]} << 16;
+        float bf;
+        std::memcpy(&bf, &bits, sizeof bf);
+        c[r * ldc + j] += av * bf;
+      }
     }
   }
 }
@@ -99,9 +131,16 @@ void narrow_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
-constexpr MicroKernels kPortable = {
-    dot_tile_portable,        dot_tile_bf16_portable, outer_tile_portable,  fma_rows_portable,
-    pack_transposed_portable, widen_bf16_portable,    narrow_bf16_portable, "portable"};
+constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
+                                    .dot_tile_bf16 = dot_tile_bf16_portable,
+                                    .outer_tile = outer_tile_portable,
+                                    .outer_tile_bf16 = outer_tile_bf16_portable,
+                                    .fma_rows = fma_rows_portable,
+                                    .fma_rows_bf16 = fma_rows_bf16_portable,
+                                    .pack_transposed = pack_transposed_portable,
+                                    .widen_bf16 = widen_bf16_portable,
+                                    .narrow_bf16 = narrow_bf16_portable,
+                                    .name = "portable"};
 
 // ---- AVX2 + FMA ----
 
@@ -216,14 +255,16 @@ void dot_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda,
 // 6-row kernel on a zero-padded copy, a 32-row tile ran 6 panels' work for 5 1/3 and copied), and
 // for 8 columns, so that a panel with at most 8 valid columns costs half; packed A (a_row = 1,
 // a_step = 6) gets its own instances with constant strides.
-template <int MR, int NV, bool kPacked>
+template <int MR, int NV, bool kPacked, bool kBf16>
 GROUPLIN_AVX2 void outer_tile_avx2_impl(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                                        const float* b, int64_t ldb, float* c, int64_t ldc,
+                                        const void* b, int64_t ldb, float* c, int64_t ldc,
                                         bool accumulate) {
   if constexpr (kPacked) {
     a_row = 1;
     a_step = kOuterRows;
   }
+  const auto* b_bytes = static_cast<const std::byte*>(b);
+  const int64_t b_row = ldb * (kBf16 ? 2 : 4);
   __m256 acc[MR][NV];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
@@ -237,7 +278,7 @@ GROUPLIN_AVX2 void outer_tile_avx2_impl(int64_t kc, const float* a, int64_t a_ro
   for (int64_t p = 0; p < kc; ++p) {
     __m256 bv[NV];
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + p * ldb + 8 * v);
+    for (int v = 0; v < NV; ++v) bv[v] = load_b8<kBf16>(b_bytes + p * b_row, 8 * v);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_broadcast_ss(row[i] + p * a_step);
@@ -252,44 +293,52 @@ GROUPLIN_AVX2 void outer_tile_avx2_impl(int64_t kc, const float* a, int64_t a_ro
   }
 }
 
-using OuterFixed = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
+using OuterFixed = void (*)(int64_t, const float*, int64_t, int64_t, const void*, int64_t, float*,
                             int64_t, bool);
-template <int NV, bool kPacked>
+template <int NV, bool kPacked, bool kBf16>
 constexpr OuterFixed kOuterRowsTable[kOuterRows] = {
-    outer_tile_avx2_impl<1, NV, kPacked>, outer_tile_avx2_impl<2, NV, kPacked>,
-    outer_tile_avx2_impl<3, NV, kPacked>, outer_tile_avx2_impl<4, NV, kPacked>,
-    outer_tile_avx2_impl<5, NV, kPacked>, outer_tile_avx2_impl<6, NV, kPacked>};
+    outer_tile_avx2_impl<1, NV, kPacked, kBf16>, outer_tile_avx2_impl<2, NV, kPacked, kBf16>,
+    outer_tile_avx2_impl<3, NV, kPacked, kBf16>, outer_tile_avx2_impl<4, NV, kPacked, kBf16>,
+    outer_tile_avx2_impl<5, NV, kPacked, kBf16>, outer_tile_avx2_impl<6, NV, kPacked, kBf16>};
+
+template <bool kBf16>
+const OuterFixed* outer_table(int nr, bool packed) {
+  if (nr == 8) return packed ? kOuterRowsTable<1, true, kBf16> : kOuterRowsTable<1, false, kBf16>;
+  return packed ? kOuterRowsTable<2, true, kBf16> : kOuterRowsTable<2, false, kBf16>;
+}
 
 void outer_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                      const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const bool packed = a_row == 1 && a_step == kOuterRows;
-  const OuterFixed* table = nr == 8
-                                ? (packed ? kOuterRowsTable<1, true> : kOuterRowsTable<1, false>)
-                                : (packed ? kOuterRowsTable<2, true> : kOuterRowsTable<2, false>);
-  table[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
+  outer_table<false>(nr, packed)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
 }
 
-// c[r] += a(r, p) * b[p] over 8-column vectors; the ragged end uses masked loads and stores, so
-// every element gets the same fused multiply-adds.
-GROUPLIN_AVX2 inline void fma_row_avx2(float av_scalar, const float* bp, float* cr, int64_t full,
+void outer_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                          const uint16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  const bool packed = a_row == 1 && a_step == kOuterRows;
+  outer_table<true>(nr, packed)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
+}
+
+// c[r] += a(r, p) * b[p] over 8-column vectors, b F32 or (kBf16) BF16 bits widened in registers;
+// the ragged end uses masked loads and stores, so every element gets the same fused multiply-adds.
+template <bool kBf16>
+GROUPLIN_AVX2 inline void fma_row_avx2(float av_scalar, const void* bp, float* cr, int64_t full,
                                        int64_t cols, __m256i mask) {
   const __m256 av = _mm256_set1_ps(av_scalar);
   int64_t j = 0;
   for (; j + 32 <= full; j += 32) {
-    _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
-    _mm256_storeu_ps(cr + j + 8,
-                     _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 8), _mm256_loadu_ps(cr + j + 8)));
-    _mm256_storeu_ps(cr + j + 16, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 16),
-                                                  _mm256_loadu_ps(cr + j + 16)));
-    _mm256_storeu_ps(cr + j + 24, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j + 24),
-                                                  _mm256_loadu_ps(cr + j + 24)));
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      float* cv = cr + j + 8 * v;
+      _mm256_storeu_ps(cv, _mm256_fmadd_ps(av, load_b8<kBf16>(bp, j + 8 * v), _mm256_loadu_ps(cv)));
+    }
   }
   for (; j < full; j += 8) {
-    _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(cr + j)));
+    _mm256_storeu_ps(cr + j, _mm256_fmadd_ps(av, load_b8<kBf16>(bp, j), _mm256_loadu_ps(cr + j)));
   }
   if (j < cols) {
-    const __m256 sum =
-        _mm256_fmadd_ps(av, _mm256_maskload_ps(bp + j, mask), _mm256_maskload_ps(cr + j, mask));
+    const __m256 sum = _mm256_fmadd_ps(av, load_b_tail<kBf16>(bp, j, cols - j, mask),
+                                       _mm256_maskload_ps(cr + j, mask));
     _mm256_maskstore_ps(cr + j, mask, sum);
   }
 }
@@ -297,21 +346,35 @@ GROUPLIN_AVX2 inline void fma_row_avx2(float av_scalar, const float* bp, float* 
 // Each element's chain runs over p in order either way; the loop order only picks what stays in
 // L1: with more depth than rows (dgrad) a row of b is read once for all rows of c, with more rows
 // than depth (wgrad) a row of c stays while its few products are added.
-GROUPLIN_AVX2 void fma_rows_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda,
-                                 const float* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+template <bool kBf16>
+GROUPLIN_AVX2 void fma_rows_avx2_impl(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                      const void* b, int64_t ldb, int64_t cols, float* c,
+                                      int64_t ldc) {
   const int64_t full = cols / 8 * 8;
   const __m256i mask = first_lanes(cols - full);
+  const int64_t row_bytes = ldb * (kBf16 ? 2 : 4);
+  const auto* bytes = static_cast<const std::byte*>(b);
   if (depth > rows) {
     for (int64_t p = 0; p < depth; ++p) {
       for (int64_t r = 0; r < rows; ++r)
-        fma_row_avx2(a[r * lda + p], b + p * ldb, c + r * ldc, full, cols, mask);
+        fma_row_avx2<kBf16>(a[r * lda + p], bytes + p * row_bytes, c + r * ldc, full, cols, mask);
     }
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t p = 0; p < depth; ++p)
-        fma_row_avx2(a[r * lda + p], b + p * ldb, c + r * ldc, full, cols, mask);
+        fma_row_avx2<kBf16>(a[r * lda + p], bytes + p * row_bytes, c + r * ldc, full, cols, mask);
     }
   }
+}
+
+void fma_rows_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  fma_rows_avx2_impl<false>(rows, depth, a, lda, b, ldb, cols, c, ldc);
+}
+
+void fma_rows_bf16_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  fma_rows_avx2_impl<true>(rows, depth, a, lda, b, ldb, cols, c, ldc);
 }
 
 GROUPLIN_AVX2 void narrow_bf16_avx2(const float* src, uint16_t* dst, int64_t n) {
@@ -397,9 +460,16 @@ GROUPLIN_AVX2 void widen_bf16_avx2(const uint16_t* src, float* dst, int64_t n) {
   widen_bf16_portable(src + i, dst + i, n - i);
 }
 
-constexpr MicroKernels kAvx2 = {
-    dot_tile_avx2,        dot_tile_bf16_avx2, outer_tile_avx2,  fma_rows_avx2,
-    pack_transposed_avx2, widen_bf16_avx2,    narrow_bf16_avx2, "avx2+fma"};
+constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
+                                .dot_tile_bf16 = dot_tile_bf16_avx2,
+                                .outer_tile = outer_tile_avx2,
+                                .outer_tile_bf16 = outer_tile_bf16_avx2,
+                                .fma_rows = fma_rows_avx2,
+                                .fma_rows_bf16 = fma_rows_bf16_avx2,
+                                .pack_transposed = pack_transposed_avx2,
+                                .widen_bf16 = widen_bf16_avx2,
+                                .narrow_bf16 = narrow_bf16_avx2,
+                                .name = "avx2+fma"};
 
 const MicroKernels* best_for_cpu() {
   __builtin_cpu_init();

@@ -42,12 +42,20 @@ struct MicroKernels {
   // Requires: 1 <= mr <= kOuterRows, nr == 8 or kOuterCols; c has room for mr x nr.
   void (*outer_tile)(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                      const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+  // outer_tile with b given as BF16 bits read in place, widened in registers (the bits of
+  // outer_tile on the widened values).
+  void (*outer_tile_bf16)(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                          const uint16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
 
   // c[r * ldc + j] += sum over p < depth of a[r * lda + p] * b[p * ldb + j], for r < rows,
   // j < cols: the same chain of fused multiply-adds in p order as outer_tile, without packing.
   // For products with few rows (dgrad) or little depth (wgrad), where packing does not pay.
   void (*fma_rows)(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
                    int64_t ldb, int64_t cols, float* c, int64_t ldc);
+  // fma_rows with b given as BF16 bits, widened in registers (the bits of fma_rows on the
+  // widened values, without a widened copy: the memory-bound dgrad of BF16 weights).
+  void (*fma_rows_bf16)(int64_t rows, int64_t depth, const float* a, int64_t lda, const uint16_t* b,
+                        int64_t ldb, int64_t cols, float* c, int64_t ldc);
 
   // Transposing pack: dst[p * width + i] = element (i, p) of the F32 or BF16 (bf16 = true)
   // matrix at src with leading dimension ld, widened to F32, for i < rows, p < kc; zero for

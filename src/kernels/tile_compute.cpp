@@ -132,25 +132,39 @@ struct RowPanels {
   int height(int64_t i) const { return static_cast<int>(base + (i < extra ? 1 : 0)); }
 };
 
-// c[rows x cols] (ldc) += A · B over kc: A packed as RowPanels(rows) (panel i at i * 6 * kc), B
-// packed (ldb = kOuterCols, panel j at j * kc) or read in place (ldb = its ld, columns j.. at
-// b + j). Micro-tiles with fewer than 16 columns run on a zero-padded local copy, so nothing
-// outside the tile is touched (the output may be the caller's tensor, with other threads writing
-// next to it).
-void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const float* b,
-                 int64_t ldb, float* c, int64_t ldc, bool accumulate, Prefetcher& prefetch) {
+// B for one depth block: packed B-panels (F32, ldb = kOuterCols, panel j at j * kc), or a matrix
+// read in place (F32 or BF16, ldb = its ld, columns j.. at element j).
+struct BBlock {
+  const void* b;
+  int64_t ldb;
+  bool bf16 = false;
+};
+
+// c[rows x cols] (ldc) += A · B over kc, A packed as RowPanels(rows) (panel i at i * 6 * kc).
+// Micro-tiles with fewer than 16 columns (packed B only) run on a zero-padded local copy, so
+// nothing outside the tile is touched (the output may be the caller's tensor, with other threads
+// writing next to it).
+void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const BBlock& b, float* c,
+                 int64_t ldc, bool accumulate, Prefetcher& prefetch) {
   const MicroKernels& mk = micro_kernels();
-  const bool packed = ldb == kOuterCols;
+  const bool packed = b.ldb == kOuterCols && !b.bf16;
   const RowPanels panels(rows);
   for (int64_t j = 0; j < cols; j += kOuterCols) {
-    const float* bj = packed ? b + j * kc : b + j;
+    const int64_t b_offset = packed ? j * kc : j;
     for (int64_t q = 0; q < panels.count; ++q) {
       const float* a = ap + q * kOuterRows * kc;
       const int64_t i = panels.start(q);
       const int h = panels.height(q);
       prefetch.step();
+      if (b.bf16) {
+        mk.outer_tile_bf16(h, kOuterCols, kc, a, 1, kOuterRows,
+                           static_cast<const uint16_t*>(b.b) + b_offset, b.ldb, c + i * ldc + j,
+                           ldc, accumulate);
+        continue;
+      }
+      const float* bj = static_cast<const float*>(b.b) + b_offset;
       if (j + kOuterCols <= cols) {
-        mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, ldb, c + i * ldc + j, ldc,
+        mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, b.ldb, c + i * ldc + j, ldc,
                       accumulate);
         continue;
       }
@@ -160,17 +174,11 @@ void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const 
         for (int64_t r = 0; r < h; ++r)
           std::copy_n(c + (i + r) * ldc + j, w, local + r * kOuterCols);
       }
-      mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, ldb, local, kOuterCols, accumulate);
+      mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, b.ldb, local, kOuterCols, accumulate);
       for (int64_t r = 0; r < h; ++r) std::copy_n(local + r * kOuterCols, w, c + (i + r) * ldc + j);
     }
   }
 }
-
-// B for one depth block: packed B-panels (ldb = kOuterCols), or a matrix read in place (its ld).
-struct BBlock {
-  const float* b;
-  int64_t ldb;
-};
 
 // The outer-product path shared by forward, dgrad and wgrad: c[rows x cols] = A · B over
 // `depth`, in blocks of kOuterDepth; each block gets B once (b_block(p0, kc, scratch): packed
@@ -195,7 +203,7 @@ void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t 
       const RowPanels panels(mc);
       for (int64_t q = 0; q < panels.count; ++q)
         pack_a(i0 + panels.start(q), panels.height(q), p0, kc, s.a + q * kOuterRows * kc);
-      outer_tiles(mc, cols, kc, s.a, b.b, b.ldb, c + i0 * ldc, ldc, p0 > 0, prefetch);
+      outer_tiles(mc, cols, kc, s.a, b, c + i0 * ldc, ldc, p0 > 0, prefetch);
     }
   }
 }
@@ -389,8 +397,8 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
         a = s.a;
         lda = kc;
       }
-      // In chunks of weight rows (widened chunk by chunk if BF16, so they stay in L1/L2),
-      // prefetching a chunk ahead; same chains, same order.
+      // In chunks of weight rows (BF16 widened in registers), prefetching a chunk ahead; same
+      // chains, same order.
       for (int64_t p = 0; p < kc; p += kDirectChunk) {
         const int64_t ahead = p0 + p + kDirectChunk;
         if (ahead < args.out_features) {
@@ -400,28 +408,27 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
               .step();
         }
         const int64_t n = std::min(kDirectChunk, kc - p);
-        const float* b = reinterpret_cast<const float*>(element(w, p0 + p, t.col0));
-        int64_t ldb = w.ld;
-        if (w.dtype != DType::F32) {
-          for (int64_t q = 0; q < n; ++q) load_f32(w, p0 + p + q, t.col0, t.cols, s.b + q * t.cols);
-          b = s.b;
-          ldb = t.cols;
+        const std::byte* b = element(w, p0 + p, t.col0);
+        if (w.dtype == DType::F32) {
+          mk.fma_rows(t.rows, n, a + p, lda, reinterpret_cast<const float*>(b), w.ld, t.cols, acc.c,
+                      acc.ldc);
+        } else {
+          mk.fma_rows_bf16(t.rows, n, a + p, lda, reinterpret_cast<const uint16_t*>(b), w.ld,
+                           t.cols, acc.c, acc.ldc);
         }
-        mk.fma_rows(t.rows, n, a + p, lda, b, ldb, t.cols, acc.c, acc.ldc);
       }
     }
   } else {
-    // Few rows share each weight: read W in place rather than pack it (same bits). Full 16-column
-    // micro-tiles only, so that nothing past the tile's columns is read.
-    const bool in_place =
-        t.rows <= kInPlaceMaxRows && w.dtype == DType::F32 && t.cols % kOuterCols == 0;
+    // Few rows share each weight: read W in place rather than pack it (BF16 widened in registers;
+    // same bits). Full 16-column micro-tiles only, so that nothing past the tile's columns is read.
+    const bool in_place = t.rows <= kInPlaceMaxRows && t.cols % kOuterCols == 0;
     outer_product(
         t.rows, t.cols, args.out_features, acc.c, acc.ldc, s,
         [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
           pack_a_rows_of(args.dy, t.row0 + i0, rows, p0, kc, a);
         },
         [&](int64_t p0, int64_t kc, float* b) {
-          if (in_place) return BBlock{reinterpret_cast<const float*>(element(w, p0, t.col0)), w.ld};
+          if (in_place) return BBlock{element(w, p0, t.col0), w.ld, w.dtype == DType::BF16};
           pack_b_rows(w, p0, kc, t.col0, t.cols, b);
           return BBlock{b, kOuterCols};
         },

@@ -197,6 +197,36 @@ TEST_F(MicroKernelsTest, OuterTileRowCountsAndInPlaceB) {
   }
 }
 
+// The BF16 variants of outer_tile and fma_rows (B widened in registers) give the bits of the F32
+// kernels on the widened B, in both kernel sets.
+TEST_F(MicroKernelsTest, Bf16BKernelsEqualF32KernelsOnWidenedB) {
+  const int64_t depth = 23, ldb = 37, cols = 35;
+  const std::vector<float> a = random_floats(static_cast<size_t>(kOuterRows * depth), 11);
+  const std::vector<float> b = random_floats(static_cast<size_t>(depth * ldb), 12);
+  std::vector<uint16_t> half(b.size());
+  micro_kernels().narrow_bf16(b.data(), half.data(), static_cast<int64_t>(b.size()));
+  std::vector<float> widened(b.size());
+  micro_kernels().widen_bf16(half.data(), widened.data(), static_cast<int64_t>(b.size()));
+  for (const MicroKernels* mk : {&micro_kernels(), &portable()}) {
+    for (int nr : {8, kOuterCols}) {
+      for (int mr : {1, 4, kOuterRows}) {
+        std::vector<float> want(kOuterRows * kOuterCols, 0.5f), got = want;
+        mk->outer_tile(mr, nr, depth, a.data(), depth, 1, widened.data() + 3, ldb, want.data(),
+                       kOuterCols, true);
+        mk->outer_tile_bf16(mr, nr, depth, a.data(), depth, 1, half.data() + 3, ldb, got.data(),
+                            kOuterCols, true);
+        EXPECT_TRUE(same_bits(want, got)) << mk->name << " mr " << mr << " nr " << nr;
+      }
+    }
+    for (int64_t rows : {1, 3}) {
+      std::vector<float> want(static_cast<size_t>(rows * ldb), 0.25f), got = want;
+      mk->fma_rows(rows, depth, a.data(), depth, widened.data(), ldb, cols, want.data(), ldb);
+      mk->fma_rows_bf16(rows, depth, a.data(), depth, half.data(), ldb, cols, got.data(), ldb);
+      EXPECT_TRUE(same_bits(want, got)) << mk->name << " rows " << rows;
+    }
+  }
+}
+
 // fma_rows leaves columns past `cols` untouched (its masked tail).
 TEST_F(MicroKernelsTest, FmaRowsWritesOnlyItsColumns) {
   for (int64_t cols : {1, 7, 8, 9, 33}) {
