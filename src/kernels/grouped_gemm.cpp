@@ -180,7 +180,7 @@ void grouped_bgrad(const Tensor& dy, std::span<const int64_t> m_splits, std::spa
   args.first_row = first_rows(m_splits);
   if (dy.numel() <= kSerialBgradElements) {
     // Small: one full-width tile per expert on this thread, no plan (same sums, same order).
-    std::vector<float> scratch(static_cast<size_t>(2 * dy.dim(1) + 32));
+    float* scratch = calling_thread_scratch(static_cast<size_t>(dy.dim(1)));
     for (size_t e = 0; e < m_splits.size(); ++e) {
       args.bgrads.push_back(mutable_matrix(bgrads[e]));
       Tile t;
@@ -188,7 +188,7 @@ void grouped_bgrad(const Tensor& dy, std::span<const int64_t> m_splits, std::spa
       t.rows = 1;
       t.cols = dy.dim(1);
       t.depth = m_splits[e];
-      bgrad_tile(args, t, scratch.data());
+      bgrad_tile(args, t, scratch);
     }
     return;
   }

@@ -57,6 +57,10 @@ struct MicroKernels {
   void (*fma_rows_bf16)(int64_t rows, int64_t depth, const float* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t cols, float* c, int64_t ldc);
 
+  // sums[j] += row[j] for j < n, row F32 or (bf16) BF16 bits widened exactly: one addition per
+  // element, so summing rows in order gives the same bits in both sets (bgrad).
+  void (*add_row)(const void* row, bool bf16, int64_t n, float* sums);
+
   // Transposing pack: dst[p * width + i] = element (i, p) of the F32 or BF16 (bf16 = true)
   // matrix at src with leading dimension ld, widened to F32, for i < rows, p < kc; zero for
   // rows <= i < width. May write up to 8 floats past dst[kc * width - 1].

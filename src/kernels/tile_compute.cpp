@@ -506,21 +506,16 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
   store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
 }
 
-// Column sums in row order (one row at a time: a measured 1.5x faster than adding four rows per
-// pass, which the compiler vectorises less well).
+// Column sums in row order, one row at a time (a measured 1.5x faster than adding four rows per
+// pass), in scratch (summing in place in an F32 output measured no faster).
 void bgrad_tile(const BgradArgs& args, const Tile& t, float* scratch) {
   const auto e = static_cast<size_t>(t.expert);
   float* sums = scratch;
-  float* row = scratch + round_up(t.cols, kAlignFloats);
   std::fill(sums, sums + t.cols, 0.0f);
+  const MicroKernels& mk = micro_kernels();
   for (int64_t r = 0; r < t.depth; ++r) {
-    const float* v = row;
-    if (args.dy.dtype == DType::F32) {
-      v = reinterpret_cast<const float*>(element(args.dy, args.first_row[e] + r, t.col0));
-    } else {
-      load_f32(args.dy, args.first_row[e] + r, t.col0, t.cols, row);
-    }
-    for (int64_t j = 0; j < t.cols; ++j) sums[j] += v[j];
+    mk.add_row(element(args.dy, args.first_row[e] + r, t.col0), args.dy.dtype == DType::BF16,
+               t.cols, sums);
   }
   store_f32(sums, t.cols, args.bgrads[e], 0, t.col0);
 }

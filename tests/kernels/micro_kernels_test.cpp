@@ -227,6 +227,27 @@ TEST_F(MicroKernelsTest, Bf16BKernelsEqualF32KernelsOnWidenedB) {
   }
 }
 
+// add_row gives both kernel sets the same sums, F32 or BF16 rows, and touches only n sums.
+TEST_F(MicroKernelsTest, AddRowMatchesPortableAndWritesOnlyItsColumns) {
+  for (int64_t n : {1, 7, 8, 33, 70}) {
+    const std::vector<float> rows = random_floats(static_cast<size_t>(3 * n), 13);
+    std::vector<uint16_t> half(rows.size());
+    micro_kernels().narrow_bf16(rows.data(), half.data(), static_cast<int64_t>(rows.size()));
+    for (bool bf16 : {false, true}) {
+      std::vector<float> want(static_cast<size_t>(n + 1), 0.125f), got = want;
+      for (int64_t r = 0; r < 3; ++r) {
+        const void* row = bf16 ? static_cast<const void*>(half.data() + r * n)
+                               : static_cast<const void*>(rows.data() + r * n);
+        portable().add_row(row, bf16, n, want.data());
+        micro_kernels().add_row(row, bf16, n, got.data());
+      }
+      EXPECT_TRUE(same_bits(want, got)) << "n " << n << " bf16 " << bf16;
+      EXPECT_EQ(got[static_cast<size_t>(n)], 0.125f);
+      EXPECT_NE(got[0], 0.125f);
+    }
+  }
+}
+
 // fma_rows leaves columns past `cols` untouched (its masked tail).
 TEST_F(MicroKernelsTest, FmaRowsWritesOnlyItsColumns) {
   for (int64_t cols : {1, 7, 8, 9, 33}) {
