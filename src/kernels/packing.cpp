@@ -93,31 +93,33 @@ void stream_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
 
 void stream_fence() { _mm_sfence(); }
 
+// Panel by panel, each written in one sequential run: writing each source row's 16-column pieces
+// into all panels at once (16 store streams 16 KiB apart, one L1 set) packed 3-10% slower
+// (dgrad of 128 experts of 1024 x 384 with 32-128 rows each, same-run A/B).
 void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols, float* bp) {
   const MicroKernels& mk = micro_kernels();
   const int64_t full = cols / kOuterCols;
   const int64_t rest = cols - full * kOuterCols;
   const int64_t row_bytes = cols * static_cast<int64_t>(dtype_size(m.dtype));
-  for (int64_t p = 0; p < kc; ++p) {
-    if (p + kPrefetchRows < kc) {
-      const std::byte* ahead = element(m, r0 + p + kPrefetchRows, c0);
-      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
-    }
-    const std::byte* src = element(m, r0 + p, c0);
-    float* dst = bp + p * kOuterCols;
-    for (int64_t q = 0; q < full; ++q) {
-      float* panel_row = dst + q * kc * kOuterCols;
-      if (m.dtype == DType::F32) {
-        std::memcpy(panel_row, src + q * kOuterCols * 4, kOuterCols * sizeof(float));
-      } else {
-        mk.widen_bf16(reinterpret_cast<const uint16_t*>(src) + q * kOuterCols, panel_row,
-                      kOuterCols);
+  for (int64_t q = 0; q <= full; ++q) {
+    const int64_t width = q < full ? kOuterCols : rest;
+    if (width == 0) break;
+    float* panel = bp + q * kc * kOuterCols;
+    for (int64_t p = 0; p < kc; ++p) {
+      if (q == 0 && p + kPrefetchRows < kc) {
+        const std::byte* ahead = element(m, r0 + p + kPrefetchRows, c0);
+        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
       }
-    }
-    if (rest > 0) {
-      float* panel_row = dst + full * kc * kOuterCols;
-      load_f32(m, r0 + p, c0 + full * kOuterCols, rest, panel_row);
-      std::fill(panel_row + rest, panel_row + kOuterCols, 0.0f);
+      const std::byte* src = element(m, r0 + p, c0 + q * kOuterCols);
+      float* dst = panel + p * kOuterCols;
+      if (width < kOuterCols) {
+        load_f32(m, r0 + p, c0 + q * kOuterCols, width, dst);
+        std::fill(dst + width, dst + kOuterCols, 0.0f);
+      } else if (m.dtype == DType::F32) {
+        std::memcpy(dst, src, kOuterCols * sizeof(float));
+      } else {
+        mk.widen_bf16(reinterpret_cast<const uint16_t*>(src), dst, kOuterCols);
+      }
     }
   }
 }

@@ -421,7 +421,9 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
   } else {
     // Few rows share each weight: read W in place rather than pack it (BF16 widened in registers;
     // same bits). Full 16-column micro-tiles only, so that nothing past the tile's columns is read.
-    const bool in_place = t.rows <= kInPlaceMaxRows && t.cols % kOuterCols == 0;
+    const bool in_place =
+        t.rows <= (w.dtype == DType::F32 ? kInPlaceMaxRows : kInPlaceMaxRowsBf16) &&
+        t.cols % kOuterCols == 0;
     outer_product(
         t.rows, t.cols, args.out_features, acc.c, acc.ldc, s,
         [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {

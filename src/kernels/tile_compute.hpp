@@ -43,10 +43,13 @@ inline constexpr int64_t kDotMaxRows = 8;
 // 256 measured within noise).
 inline constexpr int64_t kBroadcastMaxRows = 96;
 inline constexpr int64_t kBroadcastDepth = 128;
-// dgrad tiles of at most kInPlaceMaxRows rows read the weights in place as the B operand instead
-// of packing them (same bits). F32, 128 experts of 1024 x 384, one thread, GF/s packed / in place:
-// 12 rows 50 / 70, 32 rows 75 / 83, 64 rows 88 / 87, 96 rows 95 / 88.
+// dgrad tiles of at most kInPlaceMaxRows rows (F32 weights; kInPlaceMaxRowsBf16 for BF16, which
+// are widened in registers) read the weights in place as the B operand instead of packing them
+// (same bits). 128 experts of 1024 x 384, 2 threads, GF/s packed / in place (same-run A/B):
+// F32 16 rows 111 / 152, 32 rows 147 / 166, 64 rows 175 / 177, 80 rows 159 / 138;
+// BF16 64 rows 167 / 182, 96 rows 167 / 171, 128 rows 171 / 171.
 inline constexpr int64_t kInPlaceMaxRows = 64;
+inline constexpr int64_t kInPlaceMaxRowsBf16 = 96;
 // dgrad tiles of at most kDirectMaxRows rows and wgrad tiles of depth at most kDirectMaxDepth
 // skip packing and run fma_rows straight from the operands (same bits as the packed path). dgrad
 // with 8 rows unpacked ran 2x slower than packed (8 rows of dx a 4 KiB stride apart alias in L1;
