@@ -326,6 +326,41 @@ Region wgrad_first(const WgradArgs& args, const Tile* t) {
                    std::min(kOuterDepth, t->depth), t->col0, t->cols);
 }
 
+// wgrad of one depth block (few rows per expert: write-bound): x's rows packed once, then each
+// panel of up to 6 gradient rows is formed in L1 and streamed out (added to the old gradient
+// first when accumulating), instead of summing in place in the output or storing the whole tile
+// and streaming it from L2. 128 experts of 1024 x 384, 2 threads, same-run A/B, GF/s before /
+// after: F32 16 rows 108 / 133, 32 rows 153 / 165, 64 rows 103 / 179, 128 rows 200 / 197.
+void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const Region& after,
+                     const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  const int64_t kc = t.depth;
+  pack_b_rows(args.x, first, kc, t.col0, t.cols, s.b);
+  const RowPanels panels(t.rows);
+  const int64_t strips = (t.cols + kOuterCols - 1) / kOuterCols;
+  Prefetcher prefetch(after, panels.count);
+  for (int64_t q = 0; q < panels.count; ++q) {
+    const int64_t i = panels.start(q);
+    const int h = panels.height(q);
+    pack_a_cols_of(args.dy, first, kc, t.row0 + i, h, s.a);
+    prefetch.step();
+    for (int64_t j = 0; j < strips; ++j) {
+      mk.outer_tile(h, kOuterCols, kc, s.a, 1, kOuterRows, s.b + j * kOuterCols * kc, kOuterCols,
+                    s.c + j * kOuterCols, s.ldc, false);
+    }
+    for (int64_t r = 0; r < h; ++r) {
+      float* c = s.c + r * s.ldc;
+      if (args.accumulate) {
+        load_f32(MatrixRef{g.data, g.dtype, g.ld}, t.row0 + i + r, t.col0, t.cols, s.row);
+        for (int64_t j = 0; j < t.cols; ++j) c[j] = s.row[j] + c[j];
+      }
+      stream_f32(c, t.cols, g, t.row0 + i + r, t.col0);
+    }
+  }
+  stream_fence();
+}
+
 }  // namespace
 
 size_t scratch_floats(const TilePlan& plan) {
@@ -480,6 +515,10 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
       stream_f32(s.row, t.cols, g, t.row0 + r, t.col0);
     }
     stream_fence();
+    return;
+  }
+  if (!direct && t.depth <= kOuterDepth) {
+    wgrad_by_panels(args, t, first, wgrad_first(args, next), s);
     return;
   }
   const Accumulator acc = accumulator_for(g, t.row0, t.col0, !args.accumulate, direct, t, s);
