@@ -152,6 +152,11 @@ void pack_a_cols_of(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int6
     float* dst = ap + q * kc * kOuterRows;
     const std::byte* src = element(m, r0, c0 + q * kOuterRows);
     for (int64_t p = 0; p < kc; ++p, src += row_bytes, dst += kOuterRows) {
+      if (m.dtype == DType::F32 && h == kOuterRows) {
+        // One 24-byte copy instead of six scalar moves: packing A was 7.5% of a large wgrad.
+        std::memcpy(dst, src, kOuterRows * sizeof(float));
+        continue;
+      }
       if (m.dtype == DType::F32) {
         const auto* f = reinterpret_cast<const float*>(src);
         for (int64_t i = 0; i < h; ++i) dst[i] = f[i];
