@@ -16,61 +16,61 @@ namespace grouplin {
 
 // Every way GroupLin can fail has a name here. The list is an X-macro so that the enum, the
 // name table and the test that walks every code cannot drift apart.
-#define GROUPLIN_ERROR_CODES(X)                                                                 \
-  /* Arguments and shapes. */                                                                   \
-  X(InvalidArgument)                                                                            \
-  X(ShapeMismatch)                                                                              \
-  X(DTypeMismatch)                                                                              \
-  X(UnsupportedDType)                                                                           \
-  X(SizeOverflow)                                                                               \
-  X(OutOfBounds)                                                                                \
-  X(ReadOnlyTensor)                                                                             \
-  X(NotStackable)                                                                               \
-  X(UndefinedTensor)                                                                            \
-  /* GroupedLinear. */                                                                          \
-  X(SplitCountMismatch)                                                                         \
-  X(NegativeSplit)                                                                              \
-  X(SplitSumMismatch)                                                                           \
-  X(BackwardBeforeForward)                                                                      \
-  X(InvalidEnvironment)                                                                         \
-  /* State dicts. */                                                                            \
-  X(MissingKey)                                                                                 \
-  X(UnexpectedKey)                                                                              \
-  X(PartialExpertSet)                                                                           \
-  X(BothLayoutsPresent)                                                                         \
-  X(ExpertCountMismatch)                                                                        \
-  X(UnsupportedConversion)                                                                      \
-  X(DuplicateName)                                                                              \
-  X(LoadFailed)                                                                                 \
-  /* Files in general. */                                                                       \
-  X(IoError)                                                                                    \
-  X(UnknownFormat)                                                                              \
-  X(FileTooSmall)                                                                               \
-  X(Truncated)                                                                                  \
-  /* safetensors. */                                                                            \
-  X(HeaderTooLarge)                                                                             \
-  X(HeaderPastEnd)                                                                              \
-  X(InvalidHeader)                                                                              \
-  X(InvalidMetadata)                                                                            \
-  X(UnknownDType)                                                                               \
-  X(InvalidOffsets)                                                                             \
-  X(OffsetsNotContiguous)                                                                       \
-  X(TensorSizeMismatch)                                                                         \
-  X(TrailingBytes)                                                                              \
-  /* zip archives. */                                                                           \
-  X(InvalidZip)                                                                                 \
-  X(CompressedEntry)                                                                            \
-  X(EncryptedEntry)                                                                             \
-  X(ZipHeaderMismatch)                                                                          \
-  X(CrcMismatch)                                                                                \
-  X(MissingRecord)                                                                              \
-  /* pickles. */                                                                                \
-  X(ForbiddenOpcode)                                                                            \
-  X(ForbiddenGlobal)                                                                            \
-  X(PickleStackError)                                                                           \
-  X(PickleLimitExceeded)                                                                        \
-  X(InvalidPickle)                                                                              \
-  X(StorageTooSmall)                                                                            \
+#define GROUPLIN_ERROR_CODES(X) \
+  /* Arguments and shapes. */   \
+  X(InvalidArgument)            \
+  X(ShapeMismatch)              \
+  X(DTypeMismatch)              \
+  X(UnsupportedDType)           \
+  X(SizeOverflow)               \
+  X(OutOfBounds)                \
+  X(ReadOnlyTensor)             \
+  X(NotStackable)               \
+  X(UndefinedTensor)            \
+  /* GroupedLinear. */          \
+  X(SplitCountMismatch)         \
+  X(NegativeSplit)              \
+  X(SplitSumMismatch)           \
+  X(BackwardBeforeForward)      \
+  X(InvalidEnvironment)         \
+  /* State dicts. */            \
+  X(MissingKey)                 \
+  X(UnexpectedKey)              \
+  X(PartialExpertSet)           \
+  X(BothLayoutsPresent)         \
+  X(ExpertCountMismatch)        \
+  X(UnsupportedConversion)      \
+  X(DuplicateName)              \
+  X(LoadFailed)                 \
+  /* Files in general. */       \
+  X(IoError)                    \
+  X(UnknownFormat)              \
+  X(FileTooSmall)               \
+  X(Truncated)                  \
+  /* safetensors. */            \
+  X(HeaderTooLarge)             \
+  X(HeaderPastEnd)              \
+  X(InvalidHeader)              \
+  X(InvalidMetadata)            \
+  X(UnknownDType)               \
+  X(InvalidOffsets)             \
+  X(OffsetsNotContiguous)       \
+  X(TensorSizeMismatch)         \
+  X(TrailingBytes)              \
+  /* zip archives. */           \
+  X(InvalidZip)                 \
+  X(CompressedEntry)            \
+  X(EncryptedEntry)             \
+  X(ZipHeaderMismatch)          \
+  X(CrcMismatch)                \
+  X(MissingRecord)              \
+  /* pickles. */                \
+  X(ForbiddenOpcode)            \
+  X(ForbiddenGlobal)            \
+  X(PickleStackError)           \
+  X(PickleLimitExceeded)        \
+  X(InvalidPickle)              \
+  X(StorageTooSmall)            \
   X(StorageSizeMismatch)
 
 enum class ErrorCode {
@@ -81,6 +81,9 @@ enum class ErrorCode {
 
 // Returns the code's name as written in the enum ("SplitSumMismatch").
 std::string_view error_code_name(ErrorCode code);
+
+// `name` in double quotes: how error messages name a file, key or record ("model.pt").
+std::string quoted(std::string_view name);
 
 // The only exception GroupLin throws on purpose. what() is "<CodeName>: <message>".
 class Error : public std::runtime_error {

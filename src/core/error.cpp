@@ -18,4 +18,13 @@ Error::Error(ErrorCode code, const std::string& message)
       code_(code),
       message_(message) {}
 
+std::string quoted(std::string_view name) {
+  std::string s;  // built by appends: GCC 12 warns (-Wrestrict) falsely on "\"" + std::string
+  s.reserve(name.size() + 2);
+  s += '"';
+  s += name;
+  s += '"';
+  return s;
+}
+
 }  // namespace grouplin

@@ -25,8 +25,6 @@ Error io_error(const std::string& what, int err) {
   return Error(ErrorCode::IoError, what + ": " + std::strerror(err));
 }
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
 // The folder holding `path` ("." for a bare file name).
 std::string parent_folder(const std::string& path) {
   size_t slash = path.find_last_of('/');

@@ -59,8 +59,6 @@ std::string module_name(const std::string& prefix) {
                         : "grouped module \"" + prefix + "\"";
 }
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
 // "weight3, weight7" for the indices in [0, n) that `present` lacks (at most kMaxListed).
 std::string missing_list(const std::map<int64_t, const StateDict::Entry*>& present, int64_t n,
                          const char* leaf) {

@@ -17,8 +17,6 @@ namespace {
 // in the L2 cache between the read and the comparison (1 MiB reads were 3-5x slower here).
 constexpr size_t kChunk = size_t{256} << 10;
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
 // The element at `p` (any alignment) as text: the value, and its bits when the value does not
 // show them all (NaN payloads, -0).
 std::string element_text(const std::byte* p, DType t) {

@@ -19,8 +19,6 @@
 namespace grouplin {
 namespace {
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
 // Calls the user's progress callback with a running total, at most every kProgressStep bytes
 // (and at the start and the end).
 class Progress {

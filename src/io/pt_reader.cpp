@@ -11,15 +11,6 @@
 namespace grouplin {
 namespace {
 
-std::string quoted(std::string_view name) {
-  std::string s;  // built by appends: GCC 12 warns (-Wrestrict) falsely on "\"" + std::string
-  s.reserve(name.size() + 2);
-  s += '"';
-  s += name;
-  s += '"';
-  return s;
-}
-
 // Copies a strided tensor (elements inside `storage`, checked by the pickle machine) into a new
 // row-major heap tensor. Requires: rank >= 1 and at least one element.
 Tensor gather(const Storage& storage, const pickle::TensorRef& t) {

@@ -66,15 +66,6 @@ uint64_t le64(const std::byte* p) { return le32(p) | (static_cast<uint64_t>(le32
 // [off, off + n) lies inside [0, len).
 bool fits(uint64_t off, uint64_t n, uint64_t len) { return n <= len && off <= len - n; }
 
-std::string quoted(std::string_view name) {
-  std::string s;  // built by appends: GCC 12 warns (-Wrestrict) falsely on "\"" + std::string
-  s.reserve(name.size() + 2);
-  s += '"';
-  s += name;
-  s += '"';
-  return s;
-}
-
 std::string hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "0x%08x", v);

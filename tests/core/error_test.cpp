@@ -82,5 +82,12 @@ TEST(ErrorTest, EmptyMessageKeepsThePrefix) {
   EXPECT_TRUE(e.message().empty());
 }
 
+// Messages name inputs in double quotes, whatever the name holds.
+TEST(ErrorCodeTest, QuotedWrapsTheNameInDoubleQuotes) {
+  EXPECT_EQ(quoted("model.pt"), "\"model.pt\"");
+  EXPECT_EQ(quoted(""), "\"\"");
+  EXPECT_EQ(quoted(std::string_view("a\0b", 3)), std::string("\"a\0b\"", 5));
+}
+
 }  // namespace
 }  // namespace grouplin

@@ -21,6 +21,7 @@
 #include "io/moe_checkpoint.hpp"
 #include "io/pt_writer.hpp"
 #include "io/zip.hpp"
+#include "temp_dir_test.hpp"
 
 namespace grouplin {
 namespace {
@@ -35,21 +36,12 @@ const std::vector<MoeModuleSpec> kModules = {
     {"empty.", 2, 0, 3, true, DType::F16},  // zero-size experts: empty tensors and records
 };
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
+using test_files::read_all;
 
-class ConvertTest : public ::testing::Test {
+class ConvertTest : public test_files::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("grouplin_convert_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  ConvertTest() : TempDirTest("grouplin_convert") {}
+
   size_t files_in_dir() const {
     return static_cast<size_t>(
         std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
@@ -58,8 +50,6 @@ class ConvertTest : public ::testing::Test {
     ASSERT_EQ(got.keys(), want.keys());
     for (const auto& [name, t] : want) EXPECT_TRUE(t.bit_equal(got.at(name))) << name;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(ConvertTest, EveryLayoutAndFormat) {

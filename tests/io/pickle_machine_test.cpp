@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grouplin/error.hpp"
+#include "io/pickle_builder.hpp"
 
 // GCC 12 warns about members left out of designated initializers even when they have default
 // member initializers (fixed in GCC 13); TensorSpec relies on those defaults.
@@ -17,55 +18,7 @@ namespace {
 
 using namespace std::string_literals;
 
-// --- A few pickle opcodes, spelled out. ---
-std::string le(uint64_t v, int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xFF);
-  return s;
-}
-std::string U(std::string_view s) {
-  std::string out = "X";  // appends: GCC 12 warns (-Wrestrict) falsely on "X" + std::string
-  out += le(s.size(), 4);
-  out += s;
-  return out;
-}
-std::string G(std::string_view module, std::string_view name) {
-  return "c" + std::string(module) + "\n" + std::string(name) + "\n";
-}
-std::string I(int64_t v) {
-  if (v >= 0 && v < 256) return "K" + le(static_cast<uint64_t>(v), 1);
-  if (v >= 0 && v < 65536) return "M" + le(static_cast<uint64_t>(v), 2);
-  return "\x8a\x08" + le(static_cast<uint64_t>(v), 8);
-}
-std::string T(const std::vector<int64_t>& v) {
-  std::string s = "(";
-  for (int64_t x : v) s += I(x);
-  return s + "t";
-}
-const std::string kOrderedDict = G("collections", "OrderedDict") + ")R";
-
-struct TensorSpec {
-  std::string storage_type = "FloatStorage";
-  std::string key = "0";
-  int64_t numel = 6;
-  int64_t offset = 0;
-  std::vector<int64_t> size{2, 3};
-  std::vector<int64_t> stride{3, 1};
-  std::string fn = "_rebuild_tensor_v2";
-  std::string extra;  // appended arguments (v3 dtype, metadata)
-};
-
-std::string tensor(const TensorSpec& t) {
-  return G("torch._utils", t.fn) + "((" + U("storage") + G("torch", t.storage_type) + U(t.key) +
-         U("cpu") + I(t.numel) + "tQ" + I(t.offset) + T(t.size) + T(t.stride) + "\x89" +
-         kOrderedDict + t.extra + "tR";
-}
-
-std::string state_dict(const std::vector<std::pair<std::string, std::string>>& entries) {
-  std::string s = "\x80\x02" + kOrderedDict + "(";
-  for (const auto& [k, v] : entries) s += U(k) + v;
-  return s + "u.";
-}
+using namespace test_pickle;
 
 PickledStateDict run(const std::string& p, const PickleLimits& limits = {}) {
   return run_pickle({reinterpret_cast<const std::byte*>(p.data()), p.size()}, limits);

@@ -12,6 +12,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
+#include "io/memory_sink.hpp"
 #include "io/zip.hpp"
 
 namespace grouplin {
@@ -19,21 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class MemorySink : public FileSink {
- public:
-  void write(std::span<const std::byte> b) override {
-    if (fail_after_ != SIZE_MAX && bytes.size() + b.size() > fail_after_) {
-      throw Error(ErrorCode::IoError, "injected failure");
-    }
-    largest_write = std::max(largest_write, b.size());
-    bytes.insert(bytes.end(), b.begin(), b.end());
-  }
-  uint64_t position() const override { return bytes.size(); }
-  void commit() override {}
-  std::vector<std::byte> bytes;
-  size_t largest_write = 0;
-  size_t fail_after_ = SIZE_MAX;
-};
+using test_io::MemorySink;
 
 std::shared_ptr<Storage> to_storage(const std::vector<std::byte>& bytes) {
   auto s = Storage::allocate(bytes.size());

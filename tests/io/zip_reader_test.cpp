@@ -7,20 +7,13 @@
 #include <vector>
 
 #include "grouplin/error.hpp"
+#include "io/memory_sink.hpp"
 #include "io/zip.hpp"
 
 namespace grouplin::zip {
 namespace {
 
-class MemorySink : public FileSink {
- public:
-  void write(std::span<const std::byte> b) override {
-    bytes.insert(bytes.end(), b.begin(), b.end());
-  }
-  uint64_t position() const override { return bytes.size(); }
-  void commit() override {}
-  std::vector<std::byte> bytes;
-};
+using test_io::MemorySink;
 
 std::span<const std::byte> as_bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};

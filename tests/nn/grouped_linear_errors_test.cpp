@@ -11,6 +11,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/grouped_linear.hpp"
+#include "nn/load_test_util.hpp"
 
 namespace grouplin {
 namespace {
@@ -18,18 +19,10 @@ namespace {
 constexpr int64_t kN = 3, kIn = 5, kOut = 3, kT = 6;
 const std::vector<int64_t> kSplits = {2, 0, 4};
 
-constexpr WeightLayout kLayouts[] = {WeightLayout::PerExpert, WeightLayout::Contiguous,
-                                     WeightLayout::Single};
+using testing::kLayouts;
 
 GroupedLinearOptions options(WeightLayout layout, DType dtype = DType::F32) {
-  GroupedLinearOptions o;
-  o.num_gemms = kN;
-  o.in_features = kIn;
-  o.out_features = kOut;
-  o.params_dtype = dtype;
-  o.weight_layout = layout;
-  o.seed = 99;
-  return o;
+  return testing::gl_options(kN, layout, /*seed=*/99, /*bias=*/true, dtype, kIn, kOut);
 }
 
 Tensor ramp(const Shape& shape, float scale, DType dtype = DType::F32) {

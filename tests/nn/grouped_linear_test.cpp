@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "grouplin/optimizer.hpp"
+#include "nn/load_test_util.hpp"
 #include "nn/reference.hpp"
 
 namespace grouplin {
@@ -25,8 +26,7 @@ using reference::close_to;
 using reference::Ref;
 using reference::to_double;
 
-constexpr WeightLayout kLayouts[] = {WeightLayout::PerExpert, WeightLayout::Contiguous,
-                                     WeightLayout::Single};
+using testing::kLayouts;
 
 // Values uniform in [-1, 1), rounded to `dtype` by the library.
 Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
@@ -39,15 +39,7 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
 
 GroupedLinearOptions options(int64_t n, int64_t in, int64_t out, DType dtype, WeightLayout layout,
                              bool bias = true) {
-  GroupedLinearOptions o;
-  o.num_gemms = n;
-  o.in_features = in;
-  o.out_features = out;
-  o.bias = bias;
-  o.params_dtype = dtype;
-  o.weight_layout = layout;
-  o.seed = 1234;
-  return o;
+  return testing::gl_options(n, layout, /*seed=*/1234, bias, dtype, in, out);
 }
 
 int64_t total(const std::vector<int64_t>& splits) {

@@ -19,6 +19,7 @@
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "temp_dir_test.hpp"
 
 namespace grouplin {
 namespace {
@@ -39,21 +40,11 @@ struct CliRun {
   long max_rss_kib = 0;  // peak resident set of the child (getrusage)
 };
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
+using test_files::read_all;
 
-class CliTest : public ::testing::Test {
+class CliTest : public test_files::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("grouplin_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  CliTest() : TempDirTest("grouplin_cli") {}
 
   // Runs the CLI with `args`; stdout and stderr go to files (not a terminal: no progress bar).
   CliRun run(const std::vector<std::string>& args) const {
@@ -93,8 +84,6 @@ class CliTest : public ::testing::Test {
     std::sort(names.begin(), names.end());
     return names;
   }
-
-  fs::path dir_;
 };
 
 const char* ext(CheckpointFormat f) { return f == CheckpointFormat::Pt ? ".pt" : ".safetensors"; }

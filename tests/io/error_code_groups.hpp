@@ -1,0 +1,40 @@
+// Error codes that no checkpoint reader raises for the content of a file, for the readers'
+// "every error code is covered or excluded" tests: each reader's test adds the codes of the other
+// file format, so that a new code forces a decision in both.
+#pragma once
+
+#include "grouplin/error.hpp"
+
+namespace grouplin::test_io {
+
+// Arguments, tensors, layers, state dicts, and opening or mapping the file (IoError, tested in
+// mapped_file_test.cpp): raised by other layers, never by parsing a file's bytes.
+inline bool raised_outside_file_parsing(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::InvalidArgument:  // only for a null storage argument, not for file content
+    case ErrorCode::ShapeMismatch:
+    case ErrorCode::DTypeMismatch:
+    case ErrorCode::OutOfBounds:
+    case ErrorCode::ReadOnlyTensor:
+    case ErrorCode::NotStackable:
+    case ErrorCode::UndefinedTensor:
+    case ErrorCode::SplitCountMismatch:
+    case ErrorCode::NegativeSplit:
+    case ErrorCode::SplitSumMismatch:
+    case ErrorCode::BackwardBeforeForward:
+    case ErrorCode::InvalidEnvironment:
+    case ErrorCode::MissingKey:
+    case ErrorCode::UnexpectedKey:
+    case ErrorCode::PartialExpertSet:
+    case ErrorCode::BothLayoutsPresent:
+    case ErrorCode::ExpertCountMismatch:
+    case ErrorCode::UnsupportedConversion:
+    case ErrorCode::LoadFailed:
+    case ErrorCode::IoError:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace grouplin::test_io
