@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -32,8 +33,15 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   if (rounded < nbytes)
     throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
   if (rounded == 0) rounded = kStorageAlignment;
+  // Large storages (expert weights) start on a 2 MiB boundary and are advised for transparent
+  // huge pages: streaming the weights of many experts then does not walk the page tables every
+  // 4 KiB. The tail is rounded up to whole huge pages (at most 2 MiB more than asked).
   const bool huge = rounded >= kHugePage;
-  if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+  if (huge) {
+    if (rounded > SIZE_MAX - kHugePage)
+      throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
+    rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+  }
   void* p = std::aligned_alloc(huge ? kHugePage : kStorageAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
   if (huge) madvise(p, rounded, MADV_HUGEPAGE);

@@ -250,6 +250,18 @@ TEST(StorageTest, AllocateIsZeroedAlignedAndCounted) {
   for (size_t i = 0; i < 100; ++i) EXPECT_EQ(s->data()[i], std::byte{0});
 }
 
+// From 2 MiB on, storages start on a huge-page boundary; sizes near the address space's end are
+// refused, not wrapped around.
+TEST(StorageTest, LargeAllocationsAreHugePageAlignedAndSizesDoNotWrap) {
+  auto big = Storage::allocate((size_t{3} << 20) + 5);
+  EXPECT_EQ(big->size(), (size_t{3} << 20) + 5);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big->data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(big->data()[(size_t{3} << 20) + 4], std::byte{0});
+  for (size_t n : {SIZE_MAX, SIZE_MAX - 100, SIZE_MAX - (size_t{1} << 20)}) {
+    expect_error([&] { Storage::allocate(n); }, ErrorCode::SizeOverflow);
+  }
+}
+
 TEST(StorageTest, WrappedMemoryIsReadOnlyAndKeepsItsOwnerAlive) {
   auto owner = std::make_shared<std::vector<float>>(std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f});
   std::weak_ptr<std::vector<float>> weak_owner = owner;
