@@ -372,7 +372,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const MatrixRef& w = args.weights[e];
   const Scratch s = split(t, scratch);
   const int64_t m = args.expert_rows[e];
-  if (m > kDotMaxRows && m <= kBroadcastMaxRows) {
+  if (forward_broadcasts(m)) {
     // ct[n][r] in scratch, transposed into y with the bias.
     const int64_t ldct = round_up(t.rows, kOuterCols);
     forward_broadcast_w(args, w, t, forward_first(args, next), s.c, ldct, s);

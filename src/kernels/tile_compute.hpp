@@ -43,6 +43,15 @@ inline constexpr int64_t kDotMaxRows = 8;
 // 256 measured within noise).
 inline constexpr int64_t kBroadcastMaxRows = 96;
 inline constexpr int64_t kBroadcastDepth = 128;
+// Whether an expert of `rows` rows takes that path: from kDotMaxRows + 1 to kBroadcastMaxRows
+// rows, except when the last 16-lane panel of x would hold only 1-4 rows, where packing W wins
+// (128 experts of 1024 x 384, weights cold, same-run GF/s broadcast / packed: 17 rows 110 / 129,
+// 18 rows 120 / 139, 34 rows 148 / 163, 66 rows 167 / 186; 16, 32, 48 rows 161 / 129, 179 / 160,
+// 182 / 176; 22, 40, 80 rows within 1%).
+inline bool forward_broadcasts(int64_t rows) {
+  const int64_t tail = rows % 16;
+  return rows > kDotMaxRows && rows <= kBroadcastMaxRows && (tail == 0 || tail > 4);
+}
 // dgrad tiles of at most kInPlaceMaxRows rows (F32 weights; kInPlaceMaxRowsBf16 for BF16, which
 // are widened in registers) read the weights in place as the B operand instead of packing them
 // (same bits). 128 experts of 1024 x 384, 2 threads, GF/s packed / in place (same-run A/B):

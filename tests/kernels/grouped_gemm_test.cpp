@@ -47,14 +47,15 @@ std::vector<Case> cases() {
       // K % 8 != 0, columns not multiples of the micro-tiles, experts of 5, 7, 13 rows whose
       // boundaries fall inside micro-tiles, an empty expert in the middle.
       {"odd_sizes", 37, 29, {5, 0, 7, 13, 1}, true},
-      // Around every path threshold, with K and N longer than one reduction block; 18 rows end
-      // in a half-width panel of x (forward), 32 in row panels of 6 and 5 (dgrad, wgrad).
+      // Around every path threshold, with K and N longer than one reduction block; 21 rows end
+      // in a half-width panel of x (forward), 18 take the packed forward path, 32 make row
+      // panels of 6 and 5 (dgrad, wgrad).
       {"thresholds",
        kDotDepth + kOuterDepth + 9,
        2 * kOuterDepth + 3,
        {kDirectMaxRows, kDirectMaxRows + 1, kDotMaxRows, kDotMaxRows + 1, 0, 2,
         kernels::kBroadcastMaxRows, kernels::kBroadcastMaxRows + 1, kernels::kInPlaceMaxRows,
-        kernels::kInPlaceMaxRows + 1, 18, 32},
+        kernels::kInPlaceMaxRows + 1, 18, 21, 32},
        false},
       // One expert larger than all others together: several row tiles, wgrad depth > one block.
       {"one_giant", 40, 24, {1, 2 * kOuterDepth + 37, 2, 0, 5}, true},
