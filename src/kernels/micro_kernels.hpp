@@ -75,6 +75,10 @@ struct MicroKernels {
   // grouplin::f32_to_bf16.
   void (*narrow_bf16)(const float* src, uint16_t* dst, int64_t n);
 
+  // narrow_bf16 written with non-temporal stores (where dst is 32-byte aligned; plain stores at
+  // the ragged ends): for outputs written once and not read back soon. The caller fences.
+  void (*stream_bf16)(const float* src, uint16_t* dst, int64_t n);
+
   const char* name;  // "avx2+fma" or "portable"
 };
 

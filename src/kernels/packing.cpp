@@ -72,13 +72,7 @@ void stream_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t 
                  static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  uint16_t half[256];
-  for (int64_t done = 0; done < n; done += 256) {
-    const int64_t chunk = std::min<int64_t>(256, n - done);
-    micro_kernels().narrow_bf16(src + done, half, chunk);
-    stream_bytes(reinterpret_cast<const std::byte*>(half), element(m, r, c + done),
-                 static_cast<size_t>(chunk) * sizeof(uint16_t));
-  }
+  micro_kernels().stream_bf16(src, reinterpret_cast<uint16_t*>(element(m, r, c)), n);
 }
 
 void stream_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {

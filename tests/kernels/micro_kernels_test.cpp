@@ -84,6 +84,23 @@ TEST_F(MicroKernelsTest, NarrowMatchesScalarConversionOnSpecialAndRandomValues) 
   }
 }
 
+// stream_bf16 writes what narrow_bf16 writes, wherever dst starts and whatever the length, and
+// nothing past n.
+TEST_F(MicroKernelsTest, StreamBf16EqualsNarrow) {
+  const std::vector<float> v = random_floats(200, 17);
+  for (int64_t offset : {0, 1, 7, 16}) {
+    for (int64_t n : {0, 1, 15, 16, 17, 100, 183}) {
+      alignas(64) uint16_t want[256], got[256];
+      std::fill(std::begin(want), std::end(want), uint16_t{0xABCD});
+      std::fill(std::begin(got), std::end(got), uint16_t{0xABCD});
+      micro_kernels().narrow_bf16(v.data(), want + offset, n);
+      micro_kernels().stream_bf16(v.data(), got + offset, n);
+      portable().stream_bf16(v.data(), want + offset, n);
+      EXPECT_EQ(std::memcmp(want, got, sizeof want), 0) << "offset " << offset << " n " << n;
+    }
+  }
+}
+
 TEST_F(MicroKernelsTest, PackTransposedMatchesPortable) {
   for (int width : {kOuterRows, kOuterCols}) {
     for (int rows : {1, 5, width}) {
