@@ -22,8 +22,8 @@
 // scheduling, the weight layout or addresses, or the run. Every output element is computed by
 // exactly one tile as one chain of operations in a fixed order: forward sums over in_features in
 // order (fused multiply-adds; experts with at most 8 rows use 8 interleaved partial sums per
-// 512-long block instead, see tile_compute.hpp), dgrad over out_features in order, wgrad over the
-// expert's rows in order, bgrad over the expert's rows in order. The tiling only decides which
+// kDotDepth-long block instead, see tile_compute.hpp), dgrad over out_features in order, wgrad over
+// the expert's rows in order, bgrad over the expert's rows in order. The tiling only decides which
 // thread computes an element, not how. Accumulated weight gradients are old + fresh, one F32
 // addition per element. The portable micro-kernels (CPUs without AVX2+FMA) round differently.
 #pragma once

@@ -42,7 +42,8 @@ ScratchSizes sizes_for(int64_t rows, int64_t cols) {
                           round_up(cols, kOuterRows) * round_up(rows, kOuterCols)),
                  kAlignFloats);
   // + kAlignFloats: pack_transposed's slack.
-  s.a = round_up(std::max({kOuterBlockRows * kOuterDepth, rows * kDotDepth, rows * kOuterDepth}) +
+  s.a = round_up(std::max({kOuterBlockRows * kOuterDepth, std::min(rows, kDotMaxRows) * kDotDepth,
+                           rows * kOuterDepth}) +
                      kAlignFloats,
                  kAlignFloats);
   s.b = round_up(std::max(std::max(padded_cols, round_up(rows, kOuterCols)) * kOuterDepth,

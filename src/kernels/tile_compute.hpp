@@ -23,8 +23,11 @@ namespace grouplin::kernels {
 
 // Tuning constants (GF/s: same-run measurements on the 2-core reference machine, 2 threads, a
 // 128-expert 1024 x 384 layer unless said; more in docs/PERFORMANCE.md).
-// kDotDepth: K per pass of the forward dot tiles (4 rows of x and 3 of W, 7 x 2 KiB, in L1).
-inline constexpr int64_t kDotDepth = 512;
+// kDotDepth: K per pass of the forward dot tiles: long, so that each weight row streams in long
+// runs (32 experts of 1792 x 512, weights cold, GF/s at 512 / 2048: F32 4 rows 45.9 / 49.4, 8 rows
+// 73.3 / 77.6; BF16 1 row 19.8 / 22.2, 8 rows 96.0 / 104.0; 128 experts of 1024 x 384, BF16 4 rows
+// 58.1 / 66.9 at 1024).
+inline constexpr int64_t kDotDepth = 2048;
 // kOuterDepth: depth of one packed block (a 16-column B-panel of 16 KiB stays in L1; 128
 // measured the same as 256). kOuterBlockRows: rows of A packed at once (96 x 256 floats, 96 KiB,
 // in L2 next to the 256 KiB B block).

@@ -51,12 +51,14 @@ std::vector<Case> cases() {
       // in a half-width panel of x (forward), 18 take the packed forward path, 32 make row
       // panels of 6 and 5 (dgrad, wgrad).
       {"thresholds",
-       kDotDepth + kOuterDepth + 9,
+       2 * kOuterDepth + 9,
        2 * kOuterDepth + 3,
        {kDirectMaxRows, kDirectMaxRows + 1, kDotMaxRows, kDotMaxRows + 1, 0, 2,
         kernels::kBroadcastMaxRows, kernels::kBroadcastMaxRows + 1, kernels::kInPlaceMaxRows,
         kernels::kInPlaceMaxRows + 1, 18, 21, 32},
        false},
+      // Experts of at most kDotMaxRows rows with K longer than one dot block.
+      {"long_dot", kDotDepth + 37, 7, {1, 0, kDotMaxRows, 5}, true},
       // One expert larger than all others together: several row tiles, wgrad depth > one block.
       {"one_giant", 40, 24, {1, 2 * kOuterDepth + 37, 2, 0, 5}, true},
       // N = 256 with most experts empty.
