@@ -133,11 +133,12 @@ struct RowPanels {
   int height(int64_t i) const { return static_cast<int>(base + (i < extra ? 1 : 0)); }
 };
 
-// B for one depth block: packed B-panels (F32, ldb = kOuterCols, panel j at j * kc), or a matrix
-// read in place (F32 or BF16, ldb = its ld, columns j.. at element j).
+// B for one depth block: packed B-panels (F32, ldb = kOuterCols, panel j at j * kc), or, with
+// packed = false, a matrix read in place (F32 or BF16, ldb = its ld, columns j.. at element j).
 struct BBlock {
   const void* b;
   int64_t ldb;
+  bool packed = true;
   bool bf16 = false;
 };
 
@@ -148,7 +149,7 @@ struct BBlock {
 void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const BBlock& b, float* c,
                  int64_t ldc, bool accumulate, Prefetcher& prefetch) {
   const MicroKernels& mk = micro_kernels();
-  const bool packed = b.ldb == kOuterCols && !b.bf16;
+  const bool packed = b.packed;
   const RowPanels panels(rows);
   for (int64_t j = 0; j < cols; j += kOuterCols) {
     const int64_t b_offset = packed ? j * kc : j;
@@ -466,7 +467,7 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
           pack_a_rows_of(args.dy, t.row0 + i0, rows, p0, kc, a);
         },
         [&](int64_t p0, int64_t kc, float* b) {
-          if (in_place) return BBlock{element(w, p0, t.col0), w.ld, w.dtype == DType::BF16};
+          if (in_place) return BBlock{element(w, p0, t.col0), w.ld, false, w.dtype == DType::BF16};
           pack_b_rows(w, p0, kc, t.col0, t.cols, b);
           return BBlock{b, kOuterCols};
         },
