@@ -48,9 +48,13 @@ struct Run {
 };
 
 // Helpers sleep on `state_` (through std::atomic::wait, a futex) and wake when a run starts. The
-// state packs a run counter with the run's worker count, so a helper reads both at once: a helper
-// whose index is below the worker count is part of that run, which cannot finish without it, so
-// `run_` still points at it. The caller sleeps on `pending_` until every helper of the run is done.
+// state packs a run counter with the run's worker count, so a helper reads both at once. A helper
+// whose index is below the worker count then tries to join the run through `ticket_` (the run's
+// id, a closed bit and the number of helpers that joined): the caller, once it has taken and
+// finished every task it could, closes the ticket and waits only for the helpers that joined.
+// A helper that wakes late finds the run closed and never touches it, so a call never waits for a
+// sleeping thread to wake (tens of microseconds on a VM). One expert's dgrad of 16 rows after a
+// 2 ms pause (helpers asleep), 60 calls: median 300 -> 200 us, 90th percentile 530 -> 330 us.
 class Pool {
  public:
   ~Pool() {
@@ -74,23 +78,31 @@ class Pool {
       helpers_.emplace_back([this, index, before] { helper_loop(index, before); });
     }
     run_ = &run;
-    pending_.store(run.workers - 1, std::memory_order_relaxed);
-    const uint64_t runs = state_.load(std::memory_order_relaxed) / kOneRun + 1;
-    state_.store(runs * kOneRun + static_cast<uint64_t>(run.workers), std::memory_order_release);
+    finished_.store(0, std::memory_order_relaxed);
+    const uint64_t id = state_.load(std::memory_order_relaxed) / kOneRun + 1;
+    ticket_.store(id << kTicketIdShift, std::memory_order_relaxed);
+    state_.store(id * kOneRun + static_cast<uint64_t>(run.workers), std::memory_order_release);
     state_.notify_all();
     run.work(0);
-    for (int spin = 0; spin < kSpinRounds && pending_.load(std::memory_order_acquire) != 0;
+    // Every task is taken: close the run, then wait for the helpers that joined it.
+    const auto joined = static_cast<int>(
+        ticket_.fetch_or(kTicketClosed, std::memory_order_acq_rel) & kTicketJoinedMask);
+    for (int spin = 0; spin < kSpinRounds && finished_.load(std::memory_order_acquire) != joined;
          ++spin) {
       _mm_pause();
     }
-    for (int left = pending_.load(std::memory_order_acquire); left != 0;
-         left = pending_.load(std::memory_order_acquire)) {
-      pending_.wait(left, std::memory_order_acquire);
+    for (int done = finished_.load(std::memory_order_acquire); done != joined;
+         done = finished_.load(std::memory_order_acquire)) {
+      finished_.wait(done, std::memory_order_acquire);
     }
   }
 
  private:
   static constexpr uint64_t kOneRun = uint64_t{1} << 16;  // low 16 bits: the run's worker count
+  // ticket_: run id << kTicketIdShift | kTicketClosed once the caller closed it | helpers joined.
+  static constexpr int kTicketIdShift = 16;
+  static constexpr uint64_t kTicketClosed = uint64_t{1} << 15;
+  static constexpr uint64_t kTicketJoinedMask = kTicketClosed - 1;
   // ~50 us of pause instructions (measured median wake-up of a sleeping helper: ~40 us).
   static constexpr int kSpinRounds = 2000;
 
@@ -106,8 +118,19 @@ class Pool {
       seen = state_.load(std::memory_order_acquire);
       if (stopping_.load()) return;
       if (index >= static_cast<int>(seen % kOneRun)) continue;  // not part of this run
+      if (!join(seen / kOneRun)) continue;                      // closed already, or a newer run
       run_->work(index);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+      finished_.fetch_add(1, std::memory_order_acq_rel);
+      finished_.notify_one();
+    }
+  }
+
+  // Counts this helper in run `id` unless the caller has closed it (or started a newer one).
+  bool join(uint64_t id) {
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((t >> kTicketIdShift) != id || (t & kTicketClosed) != 0) return false;
+      if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) return true;
     }
   }
 
@@ -115,8 +138,9 @@ class Pool {
   std::atomic<bool> busy_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> state_{0};
-  std::atomic<int> pending_{0};
-  Run* run_ = nullptr;  // written before state_ is stored (release), read after (acquire)
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int> finished_{0};  // helpers of the current run that are done with it
+  Run* run_ = nullptr;            // written before state_ is stored (release), read after joining
 };
 
 Pool& pool() {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -39,6 +40,40 @@ TEST_F(ThreadPoolTest, EveryTaskRunsOnceOnExclusiveWorkers) {
     for (size_t i = 0; i < count; ++i) ASSERT_EQ(runs[i].load(), 1) << i;
     EXPECT_FALSE(clash.load()) << "two tasks ran at once on one worker";
   }
+}
+
+// Many short runs back to back, with pauses that let the helpers fall asleep: helpers that wake
+// after the caller has finished alone must not run anything, and every task still runs exactly
+// once on an exclusive worker, with the caller never returning while a helper still works on it.
+TEST_F(ThreadPoolTest, ShortRunsNeverWaitForLateHelpersAndLoseNothing) {
+  set_num_threads(4);
+  std::atomic<int> in_flight{0};
+  std::atomic<int> helper_tasks{0};
+  for (int round = 0; round < 3000; ++round) {
+    const size_t count = 1 + static_cast<size_t>(round % 5);
+    const int workers = workers_for(count);
+    std::vector<std::atomic<int>> runs(count);
+    std::vector<std::atomic<int>> busy(static_cast<size_t>(workers));
+    std::atomic<bool> clash{false};
+    run_tasks(count, workers, [&](size_t task, int worker) {
+      in_flight.fetch_add(1);
+      if (busy[static_cast<size_t>(worker)].fetch_add(1) != 0) clash = true;
+      runs[task].fetch_add(1);
+      if (worker != 0) helper_tasks.fetch_add(1);
+      if (round % 3 == 0) {  // long enough (~10 us) for sleeping helpers to join some runs
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(10);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+      busy[static_cast<size_t>(worker)].fetch_sub(1);
+      in_flight.fetch_sub(1);
+    });
+    ASSERT_EQ(in_flight.load(), 0) << "a task of round " << round << " outlived its run";
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(runs[i].load(), 1) << "round " << round;
+    ASSERT_FALSE(clash.load()) << "round " << round;
+    if (round % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_GT(helper_tasks.load(), 0) << "the helpers never took part";
 }
 
 TEST_F(ThreadPoolTest, WorkersNeverExceedTasks) {
