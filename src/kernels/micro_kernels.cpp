@@ -4,19 +4,27 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
+
+#include "grouplin/dtype.hpp"
 
 namespace grouplin::kernels {
 namespace {
 
 // ---- Portable loops (any x86-64, and the reference for what the AVX2 loops compute) ----
 
-void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
-                       int64_t ldb, float* c, int64_t ldc) {
+// Element `at` of an F32 or (bf16) BF16 array, as F32 (exact).
+float load_as_f32(const void* src, bool bf16, int64_t at) {
+  return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(src)[at])
+              : static_cast<const float*>(src)[at];
+}
+
+void dot_tile_any(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b, bool bf16,
+                  int64_t ldb, float* c, int64_t ldc) {
   for (int i = 0; i < mr; ++i) {
     for (int j = 0; j < nr; ++j) {
       float lanes[8] = {};
-      for (int64_t k = 0; k < kc; ++k) lanes[k % 8] += a[i * lda + k] * b[j * ldb + k];
+      for (int64_t k = 0; k < kc; ++k)
+        lanes[k % 8] += a[i * lda + k] * load_as_f32(b, bf16, j * ldb + k);
       const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
                         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
       c[i * ldc + j] += sum;
@@ -24,86 +32,57 @@ void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, 
   }
 }
 
+void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, float* c, int64_t ldc) {
+  dot_tile_any(mr, nr, kc, a, lda, b, false, ldb, c, ldc);
+}
+
 void dot_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda,
                             const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  dot_tile_any(mr, nr, kc, a, lda, b, true, ldb, c, ldc);
+}
+
+void outer_tile_any(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                    const void* b, bool bf16, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   for (int i = 0; i < mr; ++i) {
     for (int j = 0; j < nr; ++j) {
-      float lanes[8] = {};
-      for (int64_t k = 0; k < kc; ++k) {
-        const uint32_t bits = uint32_t{b[j * ldb + k]} << 16;
-        float bf;
-        std::memcpy(&bf, &bits, sizeof bf);
-        lanes[k % 8] += a[i * lda + k] * bf;
-      }
-      const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
-                        ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-      c[i * ldc + j] += sum;
+      float acc = accumulate ? c[i * ldc + j] : 0.0f;
+      for (int64_t p = 0; p < kc; ++p)
+        acc += a[i * a_row + p * a_step] * load_as_f32(b, bf16, p * ldb + j);
+      c[i * ldc + j] = acc;
     }
   }
 }
 
 void outer_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                          const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < nr; ++j) {
-      float acc = accumulate ? c[i * ldc + j] : 0.0f;
-      for (int64_t p = 0; p < kc; ++p) acc += a[i * a_row + p * a_step] * b[p * ldb + j];
-      c[i * ldc + j] = acc;
-    }
-  }
+  outer_tile_any(mr, nr, kc, a, a_row, a_step, b, false, ldb, c, ldc, accumulate);
 }
 
 void outer_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row,
                               int64_t a_step, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
                               bool accumulate) {
-  for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < nr; ++j) {
-      float acc = accumulate ? c[i * ldc + j] : 0.0f;
-      for (int64_t p = 0; p < kc; ++p) {
-        const uint32_t bits = uint32_t{b[p * ldb + j]} << 16;
-        float bf;
-        std::memcpy(&bf, &bits, sizeof bf);
-        acc += a[i * a_row + p * a_step] * bf;
-      }
-      c[i * ldc + j] = acc;
+  outer_tile_any(mr, nr, kc, a, a_row, a_step, b, true, ldb, c, ldc, accumulate);
+}
+
+void fma_rows_any(int64_t rows, int64_t depth, const float* a, int64_t lda, const void* b,
+                  bool bf16, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = 0; p < depth; ++p) {
+      const float av = a[r * lda + p];
+      for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += av * load_as_f32(b, bf16, p * ldb + j);
     }
   }
 }
 
 void fma_rows_portable(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
                        int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t p = 0; p < depth; ++p) {
-      const float av = a[r * lda + p];
-      for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += av * b[p * ldb + j];
-    }
-  }
+  fma_rows_any(rows, depth, a, lda, b, false, ldb, cols, c, ldc);
 }
 
 void fma_rows_bf16_portable(int64_t rows, int64_t depth, const float* a, int64_t lda,
                             const uint16_t* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t p = 0; p < depth; ++p) {
-      const float av = a[r * lda + p];
-      for (int64_t j = 0; j < cols; ++j) {
-        const uint32_t bits = uint32_t{b[p * ldb + j]} << 16;
-        float bf;
-        std::memcpy(&bf, &bits, sizeof bf);
-        c[r * ldc + j] += av * bf;
-      }
-    }
-  }
-}
-
-float load_as_f32(const void* src, bool bf16, int64_t at) {
-  float f;
-  if (bf16) {
-    const uint32_t bits = uint32_t{static_cast<const uint16_t*>(src)[at]} << 16;
-    std::memcpy(&f, &bits, sizeof f);
-  } else {
-    f = static_cast<const float*>(src)[at];
-  }
-  return f;
+  fma_rows_any(rows, depth, a, lda, b, true, ldb, cols, c, ldc);
 }
 
 void add_row_portable(const void* row, bool bf16, int64_t n, float* sums) {
@@ -119,20 +98,11 @@ void pack_transposed_portable(const void* src, bool bf16, int64_t ld, int rows, 
 }
 
 void widen_bf16_portable(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = uint32_t{src[i]} << 16;
-    std::memcpy(&dst[i], &bits, sizeof bits);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
 void narrow_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &src[i], sizeof bits);
-    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7fc0u;
-    dst[i] = static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
 void stream_bf16_portable(const float* src, uint16_t* dst, int64_t n) {

@@ -14,13 +14,6 @@ namespace {
 // this many rows ahead.
 constexpr int64_t kPrefetchRows = 16;
 
-float widen(uint16_t half) {
-  const uint32_t bits = uint32_t{half} << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 }  // namespace
 
 void load_f32(const MatrixRef& m, int64_t r, int64_t c, int64_t n, float* dst) {
@@ -156,7 +149,7 @@ void pack_a_cols_of(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int6
         for (int64_t i = 0; i < h; ++i) dst[i] = f[i];
       } else {
         const auto* half = reinterpret_cast<const uint16_t*>(src);
-        for (int64_t i = 0; i < h; ++i) dst[i] = widen(half[i]);
+        for (int64_t i = 0; i < h; ++i) dst[i] = bf16_to_f32(half[i]);
       }
       for (int64_t i = h; i < kOuterRows; ++i) dst[i] = 0.0f;
     }
@@ -171,7 +164,7 @@ void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
       for (int64_t i = 0; i < rows; ++i) a[i * kc + p] = f[i];
     } else {
       const auto* half = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < rows; ++i) a[i * kc + p] = widen(half[i]);
+      for (int64_t i = 0; i < rows; ++i) a[i * kc + p] = bf16_to_f32(half[i]);
     }
   }
 }

@@ -328,6 +328,13 @@ Region wgrad_first(const WgradArgs& args, const Tile* t) {
                    std::min(kOuterDepth, t->depth), t->col0, t->cols);
 }
 
+// c[j] = old + c[j] for the tile's columns of gradient row `row`: accumulating is one F32
+// addition per element. `old` is scratch for one row.
+void add_old_gradient(const MutableMatrixRef& g, int64_t row, const Tile& t, float* c, float* old) {
+  load_f32(MatrixRef{g.data, g.dtype, g.ld}, row, t.col0, t.cols, old);
+  for (int64_t j = 0; j < t.cols; ++j) c[j] = old[j] + c[j];
+}
+
 // wgrad of one depth block (few rows per expert: write-bound): x's rows packed once, then each
 // panel of up to 6 gradient rows is formed in L1 and streamed out (added to the old gradient
 // first when accumulating), instead of summing in place in the output or storing the whole tile
@@ -353,10 +360,7 @@ void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const 
     }
     for (int64_t r = 0; r < h; ++r) {
       float* c = s.c + r * s.ldc;
-      if (args.accumulate) {
-        load_f32(MatrixRef{g.data, g.dtype, g.ld}, t.row0 + i + r, t.col0, t.cols, s.row);
-        for (int64_t j = 0; j < t.cols; ++j) c[j] = s.row[j] + c[j];
-      }
+      if (args.accumulate) add_old_gradient(g, t.row0 + i + r, t, c, s.row);
       stream_f32(c, t.cols, g, t.row0 + i + r, t.col0);
     }
   }
@@ -540,11 +544,8 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
         wgrad_first(args, next));
   }
   if (args.accumulate) {
-    for (int64_t r = 0; r < t.rows; ++r) {
-      float* c = acc.c + r * acc.ldc;
-      load_f32(MatrixRef{g.data, g.dtype, g.ld}, t.row0 + r, t.col0, t.cols, s.row);
-      for (int64_t j = 0; j < t.cols; ++j) c[j] = s.row[j] + c[j];
-    }
+    for (int64_t r = 0; r < t.rows; ++r)
+      add_old_gradient(g, t.row0 + r, t, acc.c + r * acc.ldc, s.row);
   }
   store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
 }
