@@ -68,6 +68,11 @@ struct MicroKernels {
   void (*pack_transposed)(const void* src, bool bf16, int64_t ld, int rows, int64_t kc, float* dst,
                           int width);
 
+  // dst[i * ldd + j] = src[j * lds + i] for i < rows, j < cols: an exact out-of-place transpose.
+  // May read src[j * lds + i] for i up to rows rounded up to 8 (the caller's slack).
+  void (*transpose)(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                    int64_t ldd);
+
   // dst[i] = the F32 value of the BF16 bits src[i] (exact), i < n.
   void (*widen_bf16)(const uint16_t* src, float* dst, int64_t n);
 

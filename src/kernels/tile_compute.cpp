@@ -382,14 +382,19 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
     // ct[n][r] in scratch, transposed into y with the bias.
     const int64_t ldct = round_up(t.rows, kOuterCols);
     forward_broadcast_w(args, w, t, forward_first(args, next), s.c, ldct, s);
-    float* bias = s.a;  // free again
-    if (!args.biases.empty()) load_f32(args.biases[e], 0, t.col0, t.cols, bias);
-    for (int64_t r = 0; r < t.rows; ++r) {
-      for (int64_t n = 0; n < t.cols; ++n) s.row[n] = s.c[n * ldct + r];
-      if (!args.biases.empty()) {
-        for (int64_t n = 0; n < t.cols; ++n) s.row[n] += bias[n];
+    // 8 rows of y at a time transposed into s.a (free again; cols <= 256), bias in s.row.
+    if (!args.biases.empty()) load_f32(args.biases[e], 0, t.col0, t.cols, s.row);
+    const MicroKernels& mk = micro_kernels();
+    for (int64_t r0 = 0; r0 < t.rows; r0 += 8) {
+      const int64_t h = std::min<int64_t>(8, t.rows - r0);
+      mk.transpose(s.c + r0, ldct, h, t.cols, s.a, t.cols);
+      for (int64_t r = 0; r < h; ++r) {
+        float* yr = s.a + r * t.cols;
+        if (!args.biases.empty()) {
+          for (int64_t n = 0; n < t.cols; ++n) yr[n] += s.row[n];
+        }
+        store_f32(yr, t.cols, args.y, t.row0 + r0 + r, t.col0);
       }
-      store_f32(s.row, t.cols, args.y, t.row0 + r, t.col0);
     }
     return;
   }

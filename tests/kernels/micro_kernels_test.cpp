@@ -142,9 +142,16 @@ TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
     micro_kernels().narrow_bf16(b.data(), half.data(), static_cast<int64_t>(b.size()));
     std::vector<float> widened(b.size()), from_half(12, 0.5f), from_widened(12, 0.5f);
     micro_kernels().widen_bf16(half.data(), widened.data(), static_cast<int64_t>(b.size()));
-    micro_kernels().dot_tile_bf16(4, 3, kc, a.data(), kc, half.data(), kc, from_half.data(), 3);
-    micro_kernels().dot_tile(4, 3, kc, a.data(), kc, widened.data(), kc, from_widened.data(), 3);
-    EXPECT_TRUE(same_bits(from_half, from_widened)) << kc;
+    // Every tile size: each is its own compiled instance, with its own ragged tail.
+    for (int mr = 1; mr <= kDotRows; ++mr) {
+      for (int nr = 1; nr <= kDotCols; ++nr) {
+        micro_kernels().dot_tile_bf16(mr, nr, kc, a.data(), kc, half.data(), kc, from_half.data(),
+                                      3);
+        micro_kernels().dot_tile(mr, nr, kc, a.data(), kc, widened.data(), kc,
+                                 from_widened.data(), 3);
+        EXPECT_TRUE(same_bits(from_half, from_widened)) << kc << " " << mr << "x" << nr;
+      }
+    }
   }
 }
 
@@ -246,6 +253,27 @@ TEST_F(MicroKernelsTest, Bf16BKernelsEqualF32KernelsOnWidenedB) {
       mk->fma_rows(rows, depth, a.data(), depth, widened.data(), ldb, cols, want.data(), ldb);
       mk->fma_rows_bf16(rows, depth, a.data(), depth, half.data(), ldb, cols, got.data(), ldb);
       EXPECT_TRUE(same_bits(want, got)) << mk->name << " rows " << rows;
+    }
+  }
+}
+
+// transpose copies exactly, ragged sizes included, and writes nothing past each row's cols.
+TEST_F(MicroKernelsTest, TransposeMatchesPortableAndWritesOnlyItsColumns) {
+  for (int64_t rows : {1, 5, 8, 13}) {
+    for (int64_t cols : {1, 7, 8, 19}) {
+      const int64_t lds = 16, ldd = cols + 2;
+      const std::vector<float> src = random_floats(static_cast<size_t>(cols * lds), 17);
+      for (const MicroKernels* mk : {&micro_kernels(), &portable()}) {
+        std::vector<float> dst(static_cast<size_t>(rows * ldd), -3.0f);
+        mk->transpose(src.data(), lds, rows, cols, dst.data(), ldd);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < ldd; ++j) {
+            const float want = j < cols ? src[static_cast<size_t>(j * lds + i)] : -3.0f;
+            ASSERT_EQ(dst[static_cast<size_t>(i * ldd + j)], want)
+                << mk->name << " " << rows << "x" << cols << " at " << i << "," << j;
+          }
+        }
+      }
     }
   }
 }
