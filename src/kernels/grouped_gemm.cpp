@@ -120,6 +120,7 @@ void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
   args.in_features = x.dim(1);
   args.y = mutable_matrix(y);
   const std::vector<int64_t> first = first_rows(m_splits);
+  args.first_row = first;
   std::vector<ExpertBlock> blocks;
   for (size_t e = 0; e < m_splits.size(); ++e) {
     args.weights.push_back(matrix(weights[e]));

@@ -43,7 +43,9 @@ ScratchSizes sizes_for(int64_t rows, int64_t cols) {
                  kAlignFloats);
   // + kAlignFloats: pack_transposed's slack.
   s.a = round_up(std::max({kOuterBlockRows * kOuterDepth, std::min(rows, kDotMaxRows) * kDotDepth,
-                           rows * kOuterDepth}) +
+                           rows * kOuterDepth,
+                           (kOuterRows + kDotTailMaxRows) * kBroadcastDepth +
+                               2 * kDotTailMaxRows * round_up(cols, kAlignFloats)}) +
                      kAlignFloats,
                  kAlignFloats);
   s.b = round_up(std::max(std::max(padded_cols, round_up(rows, kOuterCols)) * kOuterDepth,
@@ -259,11 +261,30 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
 // broadcast operand (no packing: each weight is used by only a few rows, so packing would cost a
 // large share of the product) and x packed as B-panels once per depth block. fma(w, x, acc)
 // equals fma(x, w, acc), so this gives the bits of the packed path. ct is [cols][rows] with
-// ldct = rows rounded up to 16.
+// ldct = `panel_rows` rounded up to 16. The tile's rows from panel_rows on (an expert's last few,
+// forward_dot_tail_start) are summed by dot tiles into tail[row][col] (ld t.cols, zeroed here)
+// while the same weights are in L1.
+struct BroadcastScratch {
+  float* w;     // 6 weight rows widened from BF16: 6 x kBroadcastDepth
+  float* x;     // the dot rows of x widened from BF16: kDotTailMaxRows x kBroadcastDepth
+  float* tail;  // the dot rows' results: kDotTailMaxRows x cols
+  float* rows;  // 8 rows of y on their way out: 8 x cols
+};
+BroadcastScratch broadcast_scratch(const Scratch& s, int64_t cols) {
+  float* w = s.a;
+  float* x = w + kOuterRows * kBroadcastDepth;
+  float* tail = x + kDotTailMaxRows * kBroadcastDepth;
+  return {w, x, tail, tail + kDotTailMaxRows * round_up(cols, kAlignFloats)};
+}
+
 void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
-                         const Region& after, float* ct, int64_t ldct, const Scratch& s) {
+                         int64_t panel_rows, const Region& after, float* ct, int64_t ldct,
+                         const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
+  const BroadcastScratch bs = broadcast_scratch(s, t.cols);
   const int64_t in = args.in_features;
+  const int64_t dot_rows = t.rows - panel_rows;
+  for (int64_t r = 0; r < dot_rows; ++r) std::fill_n(bs.tail + r * t.cols, t.cols, 0.0f);
   const int64_t calls = ((t.cols + kOuterRows - 1) / kOuterRows) * (ldct / kOuterCols);
   for (int64_t k0 = 0; k0 < in; k0 += kBroadcastDepth) {
     const int64_t kc = std::min(kBroadcastDepth, in - k0);
@@ -272,24 +293,75 @@ void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile
         next < in ? region_of(w, t.col0, t.cols, next, std::min(kBroadcastDepth, in - next))
                   : after,
         calls);
-    pack_b_transposed(args.x, k0, kc, t.row0, t.rows, s.b);
+    if (panel_rows > 0) pack_b_transposed(args.x, k0, kc, t.row0, panel_rows, s.b);
+    const float* xd = nullptr;
+    int64_t ldxd = 0;
+    if (dot_rows > 0) {
+      xd = reinterpret_cast<const float*>(element(args.x, t.row0 + panel_rows, k0));
+      ldxd = args.x.ld;
+      if (args.x.dtype != DType::F32) {
+        for (int64_t r = 0; r < dot_rows; ++r)
+          load_f32(args.x, t.row0 + panel_rows + r, k0, kc, bs.x + r * kc);
+        xd = bs.x;
+        ldxd = kc;
+      }
+    }
     for (int64_t n = 0; n < t.cols; n += kOuterRows) {
       const int h = static_cast<int>(std::min<int64_t>(kOuterRows, t.cols - n));
       const float* a = reinterpret_cast<const float*>(element(w, t.col0 + n, k0));
       int64_t lda = w.ld;
       if (w.dtype != DType::F32) {
-        for (int64_t i = 0; i < h; ++i) load_f32(w, t.col0 + n + i, k0, kc, s.a + i * kc);
-        a = s.a;
+        for (int64_t i = 0; i < h; ++i) load_f32(w, t.col0 + n + i, k0, kc, bs.w + i * kc);
+        a = bs.w;
         lda = kc;
       }
       for (int64_t q = 0; q < ldct; q += kOuterCols) {
         prefetch.step();
-        // A last panel with at most 8 rows of x computes only those lanes (18 rows: 24 lanes
-        // of work instead of 32; the rest of ct is never read).
-        const int nr = t.rows - q <= 8 ? 8 : kOuterCols;
+        // A last panel with at most 8 rows of x computes only those lanes (the rest of ct is
+        // never read).
+        const int nr = panel_rows - q <= 8 ? 8 : kOuterCols;
         mk.outer_tile(h, nr, kc, a, lda, 1, s.b + q * kc, kOuterCols, ct + n * ldct + q, ldct,
                       k0 > 0);
       }
+      for (int64_t j = 0; j < h; j += kDotCols) {
+        const int nr = static_cast<int>(std::min<int64_t>(kDotCols, h - j));
+        for (int64_t i = 0; i < dot_rows; i += kDotRows) {
+          const int mr = static_cast<int>(std::min<int64_t>(kDotRows, dot_rows - i));
+          mk.dot_tile(mr, nr, kc, xd + i * ldxd, ldxd, a + j * lda, lda,
+                      bs.tail + i * t.cols + n + j, t.cols);
+        }
+      }
+    }
+  }
+}
+
+// y = ct transposed (8 rows at a time through registers) and the dot rows, plus the bias.
+void store_broadcast_result(const ForwardArgs& args, const Tile& t, int64_t panel_rows,
+                            const float* ct, int64_t ldct, const Scratch& s) {
+  const auto e = static_cast<size_t>(t.expert);
+  const BroadcastScratch bs = broadcast_scratch(s, t.cols);
+  const bool bias = !args.biases.empty();
+  if (bias) load_f32(args.biases[e], 0, t.col0, t.cols, s.row);
+  const MicroKernels& mk = micro_kernels();
+  for (int64_t r0 = 0; r0 < t.rows; r0 += 8) {
+    const int64_t h = std::min<int64_t>(8, t.rows - r0);
+    for (int64_t r = r0; r < r0 + h;) {
+      // A run of rows from one source: ct (transposed) or the dot rows (as they are).
+      const bool from_ct = r < panel_rows;
+      const int64_t run = from_ct ? std::min(r0 + h, panel_rows) - r : r0 + h - r;
+      if (from_ct) {
+        mk.transpose(ct + r, ldct, run, t.cols, bs.rows, t.cols);
+      } else {
+        std::copy_n(bs.tail + (r - panel_rows) * t.cols, run * t.cols, bs.rows);
+      }
+      for (int64_t i = 0; i < run; ++i) {
+        float* yr = bs.rows + i * t.cols;
+        if (bias) {
+          for (int64_t n = 0; n < t.cols; ++n) yr[n] += s.row[n];
+        }
+        store_f32(yr, t.cols, args.y, t.row0 + r + i, t.col0);
+      }
+      r += run;
     }
   }
 }
@@ -378,24 +450,14 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const MatrixRef& w = args.weights[e];
   const Scratch s = split(t, scratch);
   const int64_t m = args.expert_rows[e];
-  if (forward_broadcasts(m)) {
-    // ct[n][r] in scratch, transposed into y with the bias.
-    const int64_t ldct = round_up(t.rows, kOuterCols);
-    forward_broadcast_w(args, w, t, forward_first(args, next), s.c, ldct, s);
-    // 8 rows of y at a time transposed into s.a (free again; cols <= 256), bias in s.row.
-    if (!args.biases.empty()) load_f32(args.biases[e], 0, t.col0, t.cols, s.row);
-    const MicroKernels& mk = micro_kernels();
-    for (int64_t r0 = 0; r0 < t.rows; r0 += 8) {
-      const int64_t h = std::min<int64_t>(8, t.rows - r0);
-      mk.transpose(s.c + r0, ldct, h, t.cols, s.a, t.cols);
-      for (int64_t r = 0; r < h; ++r) {
-        float* yr = s.a + r * t.cols;
-        if (!args.biases.empty()) {
-          for (int64_t n = 0; n < t.cols; ++n) yr[n] += s.row[n];
-        }
-        store_f32(yr, t.cols, args.y, t.row0 + r0 + r, t.col0);
-      }
-    }
+  if (forward_broadcasts(m, w.dtype == DType::BF16)) {
+    // The tile's rows before the expert's dot rows go through 16-lane panels into
+    // ct[col][row] (scratch), the rest through dot tiles.
+    const int64_t first_dot = args.first_row[e] + forward_dot_tail_start(m);
+    const int64_t panel_rows = std::clamp<int64_t>(first_dot - t.row0, 0, t.rows);
+    const int64_t ldct = round_up(panel_rows, kOuterCols);
+    forward_broadcast_w(args, w, t, panel_rows, forward_first(args, next), s.c, ldct, s);
+    store_broadcast_result(args, t, panel_rows, s.c, ldct, s);
     return;
   }
   const bool dot = m <= kDotMaxRows;

@@ -43,17 +43,28 @@ inline constexpr int64_t kDotMaxRows = 8;
 // operand of the outer-product tiles instead of packing it (same bits as the packed path):
 // 0.67 -> 0.80 of dense at 32 rows per expert. Beyond, packing W once per 384 rows pays.
 // kBroadcastDepth: depth per block of that path (x panels of up to 96 rows stay in L2; 128 and
-// 256 measured within noise).
+// 256 measured within noise, 256 halves the dot tails' per-block sums).
 inline constexpr int64_t kBroadcastMaxRows = 96;
-inline constexpr int64_t kBroadcastDepth = 128;
-// Whether an expert of `rows` rows takes that path: from kDotMaxRows + 1 to kBroadcastMaxRows
-// rows, except when the last 16-lane panel of x would hold only 1-4 rows, where packing W wins
-// (128 experts of 1024 x 384, weights cold, same-run GF/s broadcast / packed: 17 rows 110 / 129,
-// 18 rows 120 / 139, 34 rows 148 / 163, 66 rows 167 / 186; 16, 32, 48 rows 161 / 129, 179 / 160,
-// 182 / 176; 22, 40, 80 rows within 1%).
-inline bool forward_broadcasts(int64_t rows) {
+inline constexpr int64_t kBroadcastDepth = 256;
+// In that path, an expert whose last 16-lane panel of x would hold only 1 to kDotTailMaxRows rows
+// (after full panels) sums those last rows by dot tiles instead, on the weights the panels have
+// just broadcast (in L1): a mostly empty panel costs as many broadcasts of W as a full one.
+// 64 experts of 1024 x 896 F32, weights cold, same-run GF/s (old rule / dot tails): 17 rows
+// 121 / 159, 18 rows 118 / 147, 20 rows 130 / 159, 21 rows 141 / 155, 34 rows 167 / 181,
+// 37 rows 157 / 168; 24, 40, 56, 66 rows within 2%. With BF16 weights packing W still wins for
+// tails of 1-4 rows (17 rows 150 / 134, 18 rows 157 / 138), dot tails win for 5-8 (21 rows
+// 128 / 142, 40 rows 169 / 175).
+inline constexpr int64_t kDotTailMaxRows = 8;
+// Whether an expert of `rows` rows takes the broadcast path (bf16: its weights are BF16).
+inline bool forward_broadcasts(int64_t rows, bool bf16) {
   const int64_t tail = rows % 16;
-  return rows > kDotMaxRows && rows <= kBroadcastMaxRows && (tail == 0 || tail > 4);
+  return rows > kDotMaxRows && rows <= kBroadcastMaxRows &&
+         !(bf16 && rows > 16 && tail >= 1 && tail <= 4);
+}
+// In that path, the expert-relative row from which its rows are summed by dot tiles (rows: none).
+inline int64_t forward_dot_tail_start(int64_t rows) {
+  const int64_t full = rows / 16 * 16, tail = rows - full;
+  return full > 0 && tail <= kDotTailMaxRows ? full : rows;
 }
 // dgrad tiles of at most kInPlaceMaxRows rows (F32 weights; kInPlaceMaxRowsBf16 for BF16, which
 // are widened in registers) read the weights in place as the B operand instead of packing them
@@ -82,6 +93,7 @@ struct ForwardArgs {
   std::vector<MatrixRef> weights;    // per expert [out, in]
   std::vector<MatrixRef> biases;     // per expert [1, out], or empty
   std::vector<int64_t> expert_rows;  // m_splits
+  std::vector<int64_t> first_row;    // per expert: its first row of x and y
   MutableMatrixRef y;                // [T, out]
   int64_t in_features = 0;
 };
