@@ -284,8 +284,6 @@ constexpr size_t kChunkElements = 1024;
 
 // ---- Scalar conversions ----
 
-float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(uint32_t{bits} << 16); }
-
 uint16_t f32_to_bf16(float value) {
   // Adding 0x7FFF plus the lowest kept bit rounds to nearest even in one add; a carry moves into
   // the exponent, up to infinity. Only NaN needs its own case (the add could turn it into inf).
