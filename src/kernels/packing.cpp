@@ -87,7 +87,7 @@ void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
   const MicroKernels& mk = micro_kernels();
   const int64_t full = cols / kOuterCols;
   const int64_t rest = cols - full * kOuterCols;
-  const int64_t row_bytes = cols * static_cast<int64_t>(dtype_size(m.dtype));
+  const int64_t row_bytes = cols * operand_size(m.dtype);
   for (int64_t q = 0; q <= full; ++q) {
     const int64_t width = q < full ? kOuterCols : rest;
     if (width == 0) break;
@@ -133,7 +133,7 @@ void pack_a_rows_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, in
 
 void pack_a_cols_of(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows,
                     float* ap) {
-  const int64_t row_bytes = m.ld * static_cast<int64_t>(dtype_size(m.dtype));
+  const int64_t row_bytes = m.ld * operand_size(m.dtype);
   for (int64_t q = 0; q * kOuterRows < rows; ++q) {
     const int64_t h = std::min<int64_t>(kOuterRows, rows - q * kOuterRows);
     float* dst = ap + q * kc * kOuterRows;

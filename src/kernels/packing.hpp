@@ -31,11 +31,15 @@ struct MutableMatrixRef {
   int64_t ld = 0;
 };
 
+// Bytes per element of a kernel operand (F32 or BF16 only): computed in line, because element()
+// runs in packing loops where the general dtype_size call showed in profiles.
+inline int64_t operand_size(DType t) { return t == DType::BF16 ? 2 : 4; }
+
 inline const std::byte* element(const MatrixRef& m, int64_t r, int64_t c) {
-  return m.data + (r * m.ld + c) * static_cast<int64_t>(dtype_size(m.dtype));
+  return m.data + (r * m.ld + c) * operand_size(m.dtype);
 }
 inline std::byte* element(const MutableMatrixRef& m, int64_t r, int64_t c) {
-  return m.data + (r * m.ld + c) * static_cast<int64_t>(dtype_size(m.dtype));
+  return m.data + (r * m.ld + c) * operand_size(m.dtype);
 }
 
 // dst[0, n) = row r, columns [c, c + n) of m, as F32 (exact).

@@ -118,7 +118,7 @@ class Prefetcher {
 };
 
 Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-  const auto elem = static_cast<int64_t>(dtype_size(m.dtype));
+  const int64_t elem = operand_size(m.dtype);
   return {element(m, r0, c0), m.ld * elem, rows, cols * elem};
 }
 
