@@ -386,20 +386,20 @@ GROUPLIN_AVX2 inline __m256i round_to_bf16(__m256i bits, bool any_nan) {
 
 // 16 floats from src rounded to BF16, in order.
 GROUPLIN_AVX2 inline __m256i narrow16(const float* src) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-  const __m256i lo = _mm256_castps_si256(_mm256_loadu_ps(src));
-  const __m256i hi = _mm256_castps_si256(_mm256_loadu_ps(src + 8));
-  const __m256i nan_lanes =
-      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_and_si256(lo, abs_mask), inf),
-                      _mm256_cmpgt_epi32(_mm256_and_si256(hi, abs_mask), inf));
-  const bool any_nan = !_mm256_testz_si256(nan_lanes, nan_lanes);
+  const __m256 lo_f = _mm256_loadu_ps(src), hi_f = _mm256_loadu_ps(src + 8);
+  // One unordered compare finds a NaN in either half (five integer steps did before; 8192
+  // floats in L1 on one core: 45 -> 52 GB/s of F32 read).
+  const __m256 nan_lanes = _mm256_cmp_ps(lo_f, hi_f, _CMP_UNORD_Q);
+  const bool any_nan = !_mm256_testz_ps(nan_lanes, nan_lanes);
+  const __m256i lo = _mm256_castps_si256(lo_f), hi = _mm256_castps_si256(hi_f);
   // packus interleaves 128-bit halves (lo0 hi0 lo1 hi1); the permute puts them in order.
   return _mm256_permute4x64_epi64(
       _mm256_packus_epi32(round_to_bf16(lo, any_nan), round_to_bf16(hi, any_nan)), 0xd8);
 }
 
 // 16 values per step, packed with one packus and one permute: 46 GB/s of F32 read on one core in
-// L1, against 26 GB/s for 8 values per step with the NaN blend always done.
+// L1 (52 with the NaN check above), against 26 GB/s for 8 values per step with the NaN blend
+// always done.
 GROUPLIN_AVX2 void narrow_bf16_avx2(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
