@@ -51,15 +51,19 @@ inline constexpr int64_t kBroadcastDepth = 256;
 // just broadcast (in L1): a mostly empty panel costs as many broadcasts of W as a full one.
 // 64 experts of 1024 x 896 F32, weights cold, same-run GF/s (old rule / dot tails): 17 rows
 // 121 / 159, 18 rows 118 / 147, 20 rows 130 / 159, 21 rows 141 / 155, 34 rows 167 / 181,
-// 37 rows 157 / 168; 24, 40, 56, 66 rows within 2%. With BF16 weights packing W still wins for
-// tails of 1-4 rows (17 rows 150 / 134, 18 rows 157 / 138), dot tails win for 5-8 (21 rows
-// 128 / 142, 40 rows 169 / 175).
+// 37 rows 157 / 168; 24, 40, 56, 66 rows within 2%.
 inline constexpr int64_t kDotTailMaxRows = 8;
-// Whether an expert of `rows` rows takes the broadcast path (bf16: its weights are BF16).
+// Whether an expert of `rows` rows takes the broadcast path (bf16: its weights are BF16). BF16
+// weights are widened on either path, so packing them costs little more, and packing wins where
+// the last panel of x would waste lanes: tails of 1-4 and 9-12 rows. 32 experts of 960 x 960 BF16,
+// weights cold, same-run GF/s broadcast / packed: 10 rows 104 / 125, 12 rows 124 / 138, 13 rows
+// 134 / 136, 14 rows 145 / 139, 17 rows 134 / 150 (mixtral-like), 25 rows 146 / 163, 26 rows
+// 150 / 162, 32 rows 176 / 166, 41 rows 167 / 185, 44 rows 179 / 183. F32 weights measured within
+// 5% either way at tails of 9-12 rows and keep the broadcast path.
 inline bool forward_broadcasts(int64_t rows, bool bf16) {
   const int64_t tail = rows % 16;
-  return rows > kDotMaxRows && rows <= kBroadcastMaxRows &&
-         !(bf16 && rows > 16 && tail >= 1 && tail <= 4);
+  const bool wasteful_tail = (tail >= 1 && tail <= 4) || (tail >= 9 && tail <= 12);
+  return rows > kDotMaxRows && rows <= kBroadcastMaxRows && !(bf16 && wasteful_tail);
 }
 // In that path, the expert-relative row from which its rows are summed by dot tiles (rows: none).
 inline int64_t forward_dot_tail_start(int64_t rows) {

@@ -48,9 +48,9 @@ std::vector<Case> cases() {
       // boundaries fall inside micro-tiles, an empty expert in the middle.
       {"odd_sizes", 37, 29, {5, 0, 7, 13, 1}, true},
       // Around every path threshold, with K and N longer than one reduction block; forward:
-      // 18, 21, 24 and 65 rows end in 2, 5, 8 and 1 rows summed by dot tiles (BF16 weights: 18
-      // and 65 pack W), 9 and 26 in a 16-lane panel holding 9 and 10 rows; 32 make row panels
-      // of 6 and 5 (dgrad, wgrad).
+      // 18, 21, 24 and 65 rows end in 2, 5, 8 and 1 rows summed by dot tiles, 9 and 26 in a
+      // 16-lane panel holding 9 and 10 rows (BF16 weights: 9, 18, 26 and 65 pack W); 32 make
+      // row panels of 6 and 5 (dgrad, wgrad).
       {"thresholds",
        2 * kOuterDepth + 9,
        2 * kOuterDepth + 3,
