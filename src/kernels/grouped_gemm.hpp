@@ -21,9 +21,10 @@
 // depend only on the input values, the shapes and m_splits: never on the thread count, the
 // scheduling, the weight layout or addresses, or the run. Every output element is computed by
 // exactly one tile as one chain of operations in a fixed order: forward sums over in_features in
-// order (fused multiply-adds; experts with at most 8 rows use 8 interleaved partial sums per
-// kDotDepth-long block instead, see tile_compute.hpp), dgrad over out_features in order, wgrad over
-// the expert's rows in order, bgrad over the expert's rows in order. The tiling only decides which
+// order (fused multiply-adds; experts with few rows, and the last few rows of some experts, use
+// 8 interleaved partial sums per block instead: the chain depends on the expert's row count and
+// the weights' dtype, see forward_chain in tile_compute.hpp), dgrad over out_features in order,
+// wgrad and bgrad over the expert's rows in order. The tiling only decides which
 // thread computes an element, not how. Accumulated weight gradients are old + fresh, one F32
 // addition per element. The portable micro-kernels (CPUs without AVX2+FMA) round differently.
 #pragma once

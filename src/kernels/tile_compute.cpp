@@ -384,10 +384,12 @@ void store_rows(const Accumulator& acc, const Tile& t, const MutableMatrixRef& o
 // What each operation's tile streams first, for prefetching it from the tile before.
 Region forward_first(const ForwardArgs& args, const Tile* t) {
   if (t == nullptr) return {};
+  const MatrixRef& w = args.weights[static_cast<size_t>(t->expert)];
   const int64_t depth =
-      args.expert_rows[static_cast<size_t>(t->expert)] <= kDotMaxRows ? kDotDepth : kOuterDepth;
-  return region_of(args.weights[static_cast<size_t>(t->expert)], t->col0, t->cols, 0,
-                   std::min(depth, args.in_features));
+      forward_dots(args.expert_rows[static_cast<size_t>(t->expert)], w.dtype == DType::BF16)
+          ? kDotDepth
+          : kOuterDepth;
+  return region_of(w, t->col0, t->cols, 0, std::min(depth, args.in_features));
 }
 Region dgrad_first(const DgradArgs& args, const Tile* t) {
   if (t == nullptr) return {};
@@ -460,7 +462,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
     store_broadcast_result(args, t, panel_rows, s.c, ldct, s);
     return;
   }
-  const bool dot = m <= kDotMaxRows;
+  const bool dot = forward_dots(m, w.dtype == DType::BF16);
   const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, true, dot, t, s);
   if (dot) {
     forward_dot(args, w, t, acc.c, acc.ldc, s);

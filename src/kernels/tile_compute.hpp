@@ -37,8 +37,17 @@ inline constexpr int64_t kOuterBlockRows = 96;
 // streamed once, unpacked: the memory-bound case); larger ones run outer-product tiles. The two
 // sum in different orders, so how a row is computed depends on its expert's row count (a
 // function of m_splits, never of threads or timing). Dot tiles against the broadcast path:
-// 58.7 vs 55.0 GF/s at 8 rows per expert, 72.5 vs 83.2 at 12.
+// 58.7 vs 55.0 GF/s at 8 rows per expert, 72.5 vs 83.2 at 12. BF16 weights take dot tiles only
+// up to kDotMaxRowsBf16 rows: each 4-row group widens the weights again in registers, where
+// the packed path widens them once (128 experts of 1024 x 384, weights cold, same-run GF/s dot /
+// packed: BF16 2 rows 36.7 / 35.8, 3 rows 49 / 51, 4 rows 60 / 73, 6 rows 77 / 96, 8 rows
+// 90 / 111; F32 4 rows 48 / 42, 6 rows 61 / 58, 8 rows 83 / 86).
 inline constexpr int64_t kDotMaxRows = 8;
+inline constexpr int64_t kDotMaxRowsBf16 = 3;
+// Whether an expert of `rows` rows runs forward dot tiles (bf16: its weights are BF16).
+inline bool forward_dots(int64_t rows, bool bf16) {
+  return rows <= (bf16 ? kDotMaxRowsBf16 : kDotMaxRows);
+}
 // Forward: experts with more rows, up to kBroadcastMaxRows, read W in place as the broadcast
 // operand of the outer-product tiles instead of packing it (same bits as the packed path):
 // 0.67 -> 0.80 of dense at 32 rows per expert. Beyond, packing W once per 384 rows pays.
@@ -83,6 +92,20 @@ inline constexpr int64_t kInPlaceMaxRowsBf16 = 96;
 // summed in scratch rows off that stride, still 1.9x slower than reading W in place).
 inline constexpr int64_t kDirectMaxRows = 4;
 inline constexpr int64_t kDirectMaxDepth = 4;
+
+// How forward sums row r (counted within its expert) of an expert of `rows` rows: one chain of
+// fused multiply-adds over in_features in order (the broadcast and packed paths: the same bits),
+// dot tiles in kDotDepth blocks (experts with few rows), or dot tiles in kBroadcastDepth blocks
+// (an expert's last few rows in the broadcast path). The choice depends on the weights' dtype, so
+// a BF16 forward matches the F32 forward on the widened values, rounded, where both use one chain.
+enum class ForwardChain { kFma, kDot, kDotTail };
+inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16) {
+  if (forward_dots(rows, bf16)) return ForwardChain::kDot;
+  if (forward_broadcasts(rows, bf16) && r >= forward_dot_tail_start(rows)) {
+    return ForwardChain::kDotTail;
+  }
+  return ForwardChain::kFma;
+}
 
 // Floats of scratch one worker needs for any tile of `plan`.
 size_t scratch_floats(const TilePlan& plan);

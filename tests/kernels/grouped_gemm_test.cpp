@@ -197,7 +197,25 @@ TEST_F(KernelsTest, Bf16IsF32OnWidenedValuesRoundedOnce) {
       if (c.bias) f.biases[e] = b.biases[e].to(DType::F32);
     }
     f.run(c);
-    EXPECT_TRUE(f.y.to(DType::BF16).bit_equal(b.y));
+    // Forward rows whose sums take another chain with BF16 weights than with F32 ones
+    // (kernels::forward_chain) are only close (check_against_reference); the rest match bits.
+    const Tensor rounded = f.y.to(DType::BF16);
+    const std::vector<int64_t> first = first_rows(c.splits);
+    int64_t same_chain_rows = 0;
+    for (size_t e = 0; e < c.splits.size(); ++e) {
+      for (int64_t r = 0; r < c.splits[e]; ++r) {
+        if (kernels::forward_chain(c.splits[e], r, true) !=
+            kernels::forward_chain(c.splits[e], r, false)) {
+          continue;
+        }
+        ++same_chain_rows;
+        const int64_t row = first[e] + r;
+        EXPECT_TRUE(rounded.select(row).bit_equal(b.y.select(row))) << "forward row " << row;
+      }
+    }
+    if (c.name == "thresholds") {
+      EXPECT_GT(same_chain_rows, 300);
+    }
     EXPECT_TRUE(f.dx.to(DType::BF16).bit_equal(b.dx));
     for (size_t e = 0; e < c.splits.size(); ++e) {
       EXPECT_TRUE(f.wgrads[e].to(DType::BF16).bit_equal(b.wgrads[e])) << e;
