@@ -57,9 +57,12 @@ struct MicroKernels {
   void (*fma_rows_bf16)(int64_t rows, int64_t depth, const float* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t cols, float* c, int64_t ldc);
 
-  // sums[j] += row[j] for j < n, row F32 or (bf16) BF16 bits widened exactly: one addition per
-  // element, so summing rows in order gives the same bits in both sets (bgrad).
-  void (*add_row)(const void* row, bool bf16, int64_t n, float* sums);
+  // sums[j] = (start + row_0[j]) + row_1[j] + ... + row_{count-1}[j], in that order, for j < n,
+  // where start is +0 when `zero` and sums[j] otherwise; row i starts at rows + i * row_bytes,
+  // F32 or (bf16) BF16 bits widened exactly. One addition per element per row, so summing in
+  // blocks of rows gives the same bits in both sets (bgrad).
+  void (*add_rows)(const void* rows, int64_t row_bytes, int64_t count, bool bf16, int64_t n,
+                   float* sums, bool zero);
 
   // Transposing pack: dst[p * width + i] = element (i, p) of the F32 or BF16 (bf16 = true)
   // matrix at src with leading dimension ld, widened to F32, for i < rows, p < kc; zero for

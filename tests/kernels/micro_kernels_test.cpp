@@ -278,23 +278,31 @@ TEST_F(MicroKernelsTest, TransposeMatchesPortableAndWritesOnlyItsColumns) {
   }
 }
 
-// add_row gives both kernel sets the same sums, F32 or BF16 rows, and touches only n sums.
-TEST_F(MicroKernelsTest, AddRowMatchesPortableAndWritesOnlyItsColumns) {
+// add_rows gives both kernel sets the same sums, F32 or BF16 rows, whatever the rows per call
+// (the chain is start + row 0 + row 1 + ... either way), and touches only n sums.
+TEST_F(MicroKernelsTest, AddRowsMatchesPortableInAnyBlockingAndWritesOnlyItsColumns) {
+  const int64_t count = 5, ld = 80;
   for (int64_t n : {1, 7, 8, 33, 70}) {
-    const std::vector<float> rows = random_floats(static_cast<size_t>(3 * n), 13);
+    const std::vector<float> rows = random_floats(static_cast<size_t>(count * ld), 13);
     std::vector<uint16_t> half(rows.size());
     micro_kernels().narrow_bf16(rows.data(), half.data(), static_cast<int64_t>(rows.size()));
     for (bool bf16 : {false, true}) {
-      std::vector<float> want(static_cast<size_t>(n + 1), 0.125f), got = want;
-      for (int64_t r = 0; r < 3; ++r) {
-        const void* row = bf16 ? static_cast<const void*>(half.data() + r * n)
-                               : static_cast<const void*>(rows.data() + r * n);
-        portable().add_row(row, bf16, n, want.data());
-        micro_kernels().add_row(row, bf16, n, got.data());
-      }
-      EXPECT_TRUE(same_bits(want, got)) << "n " << n << " bf16 " << bf16;
-      EXPECT_EQ(got[static_cast<size_t>(n)], 0.125f);
-      EXPECT_NE(got[0], 0.125f);
+      const void* data = bf16 ? static_cast<const void*>(half.data()) : rows.data();
+      const int64_t row_bytes = ld * (bf16 ? 2 : 4);
+      const auto* bytes = static_cast<const std::byte*>(data);
+      // One row per call on the portable set, starting from zero.
+      std::vector<float> want(static_cast<size_t>(n + 1), 0.125f);
+      for (int64_t r = 0; r < count; ++r)
+        portable().add_rows(bytes + r * row_bytes, row_bytes, 1, bf16, n, want.data(), r == 0);
+      // Blocks of 2 + 3 rows, and all 5 at once, on this CPU's set.
+      std::vector<float> blocks(want.size(), 0.125f), whole(want.size(), 0.125f);
+      micro_kernels().add_rows(bytes, row_bytes, 2, bf16, n, blocks.data(), true);
+      micro_kernels().add_rows(bytes + 2 * row_bytes, row_bytes, 3, bf16, n, blocks.data(), false);
+      micro_kernels().add_rows(bytes, row_bytes, count, bf16, n, whole.data(), true);
+      EXPECT_TRUE(same_bits(want, blocks)) << "n " << n << " bf16 " << bf16;
+      EXPECT_TRUE(same_bits(want, whole)) << "n " << n << " bf16 " << bf16;
+      EXPECT_EQ(whole[static_cast<size_t>(n)], 0.125f);
+      EXPECT_NE(whole[0], 0.125f);
     }
   }
 }
