@@ -224,6 +224,32 @@ TEST_F(KernelsTest, Bf16IsF32OnWidenedValuesRoundedOnce) {
   }
 }
 
+// bgrad sums each column in row order from +0, whether an expert's rows are few (cached: 8 rows
+// per pass) or many (streamed: one row per pass): the bits of the plain float loop, in both
+// dtypes.
+TEST_F(KernelsTest, BgradIsTheRowOrderSumForSmallAndLargeExperts) {
+  const int64_t out = 300;
+  const std::vector<int64_t> splits = {5, 2000, 0, 13};  // 2000 x 300: over 1 MiB in both dtypes
+  const int64_t t = std::accumulate(splits.begin(), splits.end(), int64_t{0});
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor dy = random_tensor({t, out}, dt, 7);
+    const Tensor dy32 = dy.to(DType::F32);
+    const auto* d = reinterpret_cast<const float*>(dy32.data());
+    std::vector<Tensor> bgrads;
+    for (size_t e = 0; e < splits.size(); ++e) bgrads.push_back(random_tensor({out}, dt, 9));
+    kernels::grouped_bgrad(dy, splits, bgrads);
+    int64_t row = 0;
+    for (size_t e = 0; e < splits.size(); ++e) {
+      Tensor want = Tensor::zeros({out}, DType::F32);
+      auto* w = reinterpret_cast<float*>(want.mutable_data());
+      for (int64_t r = 0; r < splits[e]; ++r, ++row) {
+        for (int64_t j = 0; j < out; ++j) w[j] += d[row * out + j];
+      }
+      EXPECT_TRUE(want.to(dt).bit_equal(bgrads[e])) << dtype_name(dt) << " expert " << e;
+    }
+  }
+}
+
 // Accumulating adds the gradient the non-accumulating call writes, in one F32 addition, and
 // leaves experts without rows untouched.
 TEST_F(KernelsTest, AccumulateAddsTheFreshGradient) {
