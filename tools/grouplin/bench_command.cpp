@@ -252,11 +252,12 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
   }
   // Variants whose call takes less than kMinTimedSeconds are timed as batches of back-to-back
   // calls (the batch's mean per call): one call of ~100 us varies 2x from run to run on this
-  // machine (waking a sleeping thread alone costs ~40 us), more than the variants differ. The
-  // first call of each variant sets its batch size and warms it up.
+  // machine (waking a sleeping thread alone costs ~40 us), more than the variants differ. Two
+  // calls of each variant warm it up, and the faster sets its batch size (a first call often took
+  // 1.5-3x as long: cold caches, sleeping threads).
   std::vector<int> batch(variants.size(), 1);
   for (size_t i = 0; i < variants.size(); ++i) {
-    const double once = seconds_of(variants[i].run);
+    const double once = std::min(seconds_of(variants[i].run), seconds_of(variants[i].run));
     if (variants[i].uses_blas) bench::let_blas_threads_sleep();
     batch[i] = static_cast<int>(std::clamp(std::ceil(kMinTimedSeconds / once), 1.0, 32.0));
   }
