@@ -1,7 +1,6 @@
 #include "kernels/tile_compute.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "kernels/micro_kernels.hpp"
