@@ -36,9 +36,9 @@ enum class DType : uint8_t {
 };
 
 inline constexpr DType kAllDTypes[] = {
-    DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::F8_E5M2,
-    DType::F64, DType::BOOL, DType::U8,  DType::I8,      DType::I16,
-    DType::U16, DType::I32,  DType::U32, DType::I64,     DType::U64,
+    DType::F32, DType::F16,  DType::BF16, DType::F8_E4M3, DType::F8_E5M2,
+    DType::F64, DType::BOOL, DType::U8,   DType::I8,      DType::I16,
+    DType::U16, DType::I32,  DType::U32,  DType::I64,     DType::U64,
 };
 
 // Bytes per element.

@@ -128,9 +128,8 @@ void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
     args.expert_rows.push_back(m_splits[e]);
     blocks.push_back({first[e], m_splits[e], y.dim(1), x.dim(1),
                       static_cast<double>(bytes_of(weights[e])),
-                      forward_dots(m_splits[e], weights[e].dtype() == DType::BF16)
-                          ? kForwardDotTile
-                          : kForwardTile});
+                      forward_dots(m_splits[e], weights[e].dtype() == DType::BF16) ? kForwardDotTile
+                                                                                   : kForwardTile});
   }
   const TilePlan plan = plan_tiles(blocks);
   run_plan(plan, scratch_floats(plan), [&](const Tile& t, const Tile* n, float* scratch) {

@@ -499,8 +499,8 @@ GROUPLIN_AVX2 void transpose_avx2(const float* src, int64_t lds, int64_t rows, i
 // block of sums is loaded and stored once per call instead of once per row (blocks of 32: 85
 // GB/s below; BF16 rows measured the same with either).
 template <bool kBf16>
-GROUPLIN_AVX2 void add_rows_avx2_impl(const void* rows, int64_t row_bytes, int64_t count,
-                                      int64_t n, float* sums, bool zero) {
+GROUPLIN_AVX2 void add_rows_avx2_impl(const void* rows, int64_t row_bytes, int64_t count, int64_t n,
+                                      float* sums, bool zero) {
   const auto* base = static_cast<const std::byte*>(rows);
   int64_t j = 0;
   constexpr int kVecs = 8;
@@ -511,13 +511,15 @@ GROUPLIN_AVX2 void add_rows_avx2_impl(const void* rows, int64_t row_bytes, int64
       acc[v] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(sums + j + 8 * v);
     for (int64_t i = 0; i < count; ++i) {
       const std::byte* row = base + i * row_bytes;
-      for (int v = 0; v < kVecs; ++v) acc[v] = _mm256_add_ps(acc[v], load_b8<kBf16>(row, j + 8 * v));
+      for (int v = 0; v < kVecs; ++v)
+        acc[v] = _mm256_add_ps(acc[v], load_b8<kBf16>(row, j + 8 * v));
     }
     for (int v = 0; v < kVecs; ++v) _mm256_storeu_ps(sums + j + 8 * v, acc[v]);
   }
   for (; j + 8 <= n; j += 8) {
     __m256 acc = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(sums + j);
-    for (int64_t i = 0; i < count; ++i) acc = _mm256_add_ps(acc, load_b8<kBf16>(base + i * row_bytes, j));
+    for (int64_t i = 0; i < count; ++i)
+      acc = _mm256_add_ps(acc, load_b8<kBf16>(base + i * row_bytes, j));
     _mm256_storeu_ps(sums + j, acc);
   }
   if (j < n)

@@ -147,8 +147,8 @@ TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
       for (int nr = 1; nr <= kDotCols; ++nr) {
         micro_kernels().dot_tile_bf16(mr, nr, kc, a.data(), kc, half.data(), kc, from_half.data(),
                                       3);
-        micro_kernels().dot_tile(mr, nr, kc, a.data(), kc, widened.data(), kc,
-                                 from_widened.data(), 3);
+        micro_kernels().dot_tile(mr, nr, kc, a.data(), kc, widened.data(), kc, from_widened.data(),
+                                 3);
         EXPECT_TRUE(same_bits(from_half, from_widened)) << kc << " " << mr << "x" << nr;
       }
     }
