@@ -342,28 +342,19 @@ void store_broadcast_result(const ForwardArgs& args, const Tile& t, int64_t pane
   const BroadcastScratch bs = broadcast_scratch(s, t.cols);
   const bool bias = !args.biases.empty();
   if (bias) load_f32(args.biases[e], 0, t.col0, t.cols, s.row);
-  const MicroKernels& mk = micro_kernels();
-  for (int64_t r0 = 0; r0 < t.rows; r0 += 8) {
-    const int64_t h = std::min<int64_t>(8, t.rows - r0);
-    for (int64_t r = r0; r < r0 + h;) {
-      // A run of rows from one source: ct (transposed) or the dot rows (as they are).
-      const bool from_ct = r < panel_rows;
-      const int64_t run = from_ct ? std::min(r0 + h, panel_rows) - r : r0 + h - r;
-      if (from_ct) {
-        mk.transpose(ct + r, ldct, run, t.cols, bs.rows, t.cols);
-      } else {
-        std::copy_n(bs.tail + (r - panel_rows) * t.cols, run * t.cols, bs.rows);
-      }
-      for (int64_t i = 0; i < run; ++i) {
-        float* yr = bs.rows + i * t.cols;
-        if (bias) {
-          for (int64_t n = 0; n < t.cols; ++n) yr[n] += s.row[n];
-        }
-        store_f32(yr, t.cols, args.y, t.row0 + r + i, t.col0);
-      }
-      r += run;
+  const auto store_row = [&](float* yr, int64_t r) {
+    if (bias) {
+      for (int64_t n = 0; n < t.cols; ++n) yr[n] += s.row[n];
     }
+    store_f32(yr, t.cols, args.y, t.row0 + r, t.col0);
+  };
+  const MicroKernels& mk = micro_kernels();
+  for (int64_t r0 = 0; r0 < panel_rows; r0 += 8) {
+    const int64_t h = std::min<int64_t>(8, panel_rows - r0);
+    mk.transpose(ct + r0, ldct, h, t.cols, bs.rows, t.cols);
+    for (int64_t i = 0; i < h; ++i) store_row(bs.rows + i * t.cols, r0 + i);
   }
+  for (int64_t r = panel_rows; r < t.rows; ++r) store_row(bs.tail + (r - panel_rows) * t.cols, r);
 }
 
 // The rows of a scratch result into the output (rounded for BF16); in place, nothing to do.
