@@ -38,8 +38,8 @@ struct CompareReport {
   // Entries that differ: present in one file only, another dtype or shape, or other values.
   size_t differing = 0;
   // The first max_listed of them, one line each, in A's order then B's extra entries:
-  //   model.experts.weight3: 12 of 4096 elements differ, first at [0, 5]: 0.25 vs 0.5
-  //   model.experts.bias1: only in A
+  //   "model.experts.weight3": 12 of 4096 elements differ, first at [0, 5]: 0.25 vs 0.5
+  //   "model.experts.bias1": only in A
   std::vector<std::string> differences;
 };
 

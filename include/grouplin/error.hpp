@@ -82,8 +82,15 @@ enum class ErrorCode {
 // Returns the code's name as written in the enum ("SplitSumMismatch").
 std::string_view error_code_name(ErrorCode code);
 
-// `name` in double quotes: how error messages name a file, key or record ("model.pt").
-std::string quoted(std::string_view name);
+// `text` made safe to print on a terminal: bytes that are not valid UTF-8 become \xNN, control
+// characters (C0, DEL, C1) and Unicode direction controls become \xNN or \uNNNN, a backslash
+// becomes two. A name read from a file can then never move the cursor, recolour or reorder the
+// line it is printed on. Everything else, non-ASCII letters included, is kept.
+std::string escaped(std::string_view text);
+
+// `name` escaped as above (and '"' as \") in double quotes, cut after 512 bytes with
+// "... (N bytes)": how messages and listings name a file, key or record ("model.pt").
+std::string quote(std::string_view name);
 
 // The only exception GroupLin throws on purpose. what() is "<CodeName>: <message>".
 class Error : public std::runtime_error {

@@ -157,15 +157,4 @@ SafetensorsWritePlan plan_safetensors_write(std::vector<SafetensorsEntry> entrie
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-namespace detail {
-// Shared by the safetensors reader and writer (defined in src/io/safetensors_reader.cpp).
-
-// Offset of the first byte of `s` that does not belong to valid UTF-8 (overlong forms, surrogates
-// and code points above U+10FFFF are invalid, as in Rust's str), or s.size() if all are valid.
-size_t utf8_error_offset(std::string_view s);
-// `s` in double quotes for an error message: quotes, backslashes and control characters
-// escaped, bytes that are not valid UTF-8 shown as \xNN, cut after 200 bytes.
-std::string quote_name(std::string_view s);
-}  // namespace detail
-
 }  // namespace grouplin

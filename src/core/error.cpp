@@ -1,5 +1,10 @@
 #include "grouplin/error.hpp"
 
+#include <algorithm>
+#include <cstdio>
+
+#include "core/utf8.hpp"
+
 namespace grouplin {
 
 std::string_view error_code_name(ErrorCode code) {
@@ -18,13 +23,75 @@ Error::Error(ErrorCode code, const std::string& message)
       code_(code),
       message_(message) {}
 
-std::string quoted(std::string_view name) {
-  std::string s;  // built by appends: GCC 12 warns (-Wrestrict) falsely on "\"" + std::string
-  s.reserve(name.size() + 2);
-  s += '"';
-  s += name;
-  s += '"';
-  return s;
+namespace {
+
+// Code points printed as \uNNNN although they are valid: C1 controls (U+0080..U+009F; U+009B
+// is CSI on terminals that honour 8-bit controls) and the bidirectional controls that reorder
+// what a line appears to say (LRM, RLM, ALM, embeddings, overrides, isolates).
+bool is_hidden_control(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
+         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+void escape_into(std::string& out, std::string_view text, bool escape_quote) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    const size_t len = utf8::char_length(text, i);
+    if (len == 0 || b < 0x20 || b == 0x7F) {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+      ++i;
+      continue;
+    }
+    if (len > 1) {
+      const char32_t cp = utf8::decode(text, i, len);
+      if (is_hidden_control(cp)) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+        out += buf;
+      } else {
+        out.append(text.substr(i, len));
+      }
+      i += len;
+      continue;
+    }
+    if (b == '\\' || (escape_quote && b == '"')) out += '\\';
+    out += static_cast<char>(b);
+    ++i;
+  }
+}
+
+}  // namespace
+
+std::string escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  escape_into(out, text, false);
+  return out;
+}
+
+std::string quote(std::string_view name) {
+  constexpr size_t kMaxShown = 512;
+  // Cut on a character boundary so that a multi-byte character is not shown as \xNN bytes.
+  size_t cut = name.size();
+  if (cut > kMaxShown) {
+    cut = 0;
+    while (true) {
+      const size_t len = std::max<size_t>(utf8::char_length(name, cut), 1);
+      if (cut + len > kMaxShown) break;
+      cut += len;
+    }
+  }
+  std::string out;  // built by appends: GCC 12 warns (-Wrestrict) falsely on "\"" + std::string
+  out.reserve(cut + 2);
+  out += '"';
+  escape_into(out, name.substr(0, cut), true);
+  out += '"';
+  if (cut < name.size()) out += "... (" + std::to_string(name.size()) + " bytes)";
+  return out;
 }
 
 }  // namespace grouplin

@@ -6,7 +6,7 @@ namespace grouplin {
 
 void StateDict::insert(std::string name, Tensor tensor) {
   if (index_.count(name) != 0) {
-    throw Error(ErrorCode::DuplicateName, "state dict already has an entry \"" + name + "\"");
+    throw Error(ErrorCode::DuplicateName, "state dict already has an entry " + quote(name));
   }
   index_.emplace(name, entries_.size());
   entries_.emplace_back(std::move(name), std::move(tensor));
@@ -41,7 +41,7 @@ const Tensor* StateDict::find(std::string_view name) const {
 const Tensor& StateDict::at(std::string_view name) const {
   const Tensor* t = find(name);
   if (t == nullptr) {
-    throw Error(ErrorCode::MissingKey, "state dict has no entry \"" + std::string(name) + "\"");
+    throw Error(ErrorCode::MissingKey, "state dict has no entry " + quote(std::string(name)));
   }
   return *t;
 }

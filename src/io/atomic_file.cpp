@@ -46,13 +46,13 @@ std::string random_suffix() {
 void fsync_folder(const std::string& folder, const std::string& path) {
   int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
-    throw io_error("saving " + quoted(path) + ": opening its folder " + quoted(folder), errno);
+    throw io_error("saving " + quote(path) + ": opening its folder " + quote(folder), errno);
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
   // Some file systems cannot fsync a directory (EINVAL); the rename itself has happened.
   if (rc != 0 && err != EINVAL) {
-    throw io_error("saving " + quoted(path) + ": flushing its folder " + quoted(folder), err);
+    throw io_error("saving " + quote(path) + ": flushing its folder " + quote(folder), err);
   }
 }
 
@@ -69,16 +69,16 @@ std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path) {
     int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
       if (errno == EEXIST || errno == EINTR) continue;
-      throw io_error("saving " + quoted(path) + ": creating the temporary file " + quoted(temp),
+      throw io_error("saving " + quote(path) + ": creating the temporary file " + quote(temp),
                      errno);
     }
     std::unique_ptr<AtomicFile> file(new AtomicFile(path, temp, fd));
     if (replacing && ::fchmod(fd, old.st_mode & 07777) != 0) {
-      throw io_error("saving " + quoted(path) + ": setting the mode of " + quoted(temp), errno);
+      throw io_error("saving " + quote(path) + ": setting the mode of " + quote(temp), errno);
     }
     return file;
   }
-  throw Error(ErrorCode::IoError, "saving " + quoted(path) + ": no free temporary name after " +
+  throw Error(ErrorCode::IoError, "saving " + quote(path) + ": no free temporary name after " +
                                       std::to_string(kTempNameAttempts) + " attempts");
 }
 
@@ -92,7 +92,7 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(std::span<const std::byte> bytes) {
   if (fd_ < 0) {
-    throw Error(ErrorCode::IoError, "saving " + quoted(path_) + ": write after commit()");
+    throw Error(ErrorCode::IoError, "saving " + quote(path_) + ": write after commit()");
   }
   const std::byte* p = bytes.data();
   size_t left = bytes.size();
@@ -100,14 +100,14 @@ void AtomicFile::write(std::span<const std::byte> bytes) {
     ssize_t n = ::write(fd_, p, std::min(left, kMaxWriteChunk));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw io_error("saving " + quoted(path_) + ": writing " + quoted(temp_path_) + " at byte " +
+      throw io_error("saving " + quote(path_) + ": writing " + quote(temp_path_) + " at byte " +
                          std::to_string(position_),
                      errno);
     }
     if (n == 0) {
-      throw Error(ErrorCode::IoError, "saving " + quoted(path_) + ": writing " +
-                                          quoted(temp_path_) + " at byte " +
-                                          std::to_string(position_) + ": no progress");
+      throw Error(ErrorCode::IoError, "saving " + quote(path_) + ": writing " + quote(temp_path_) +
+                                          " at byte " + std::to_string(position_) +
+                                          ": no progress");
     }
     auto done = static_cast<size_t>(n);  // a short write: loop for the rest
     p += done;
@@ -117,18 +117,18 @@ void AtomicFile::write(std::span<const std::byte> bytes) {
 }
 
 void AtomicFile::commit() {
-  if (fd_ < 0) throw Error(ErrorCode::IoError, "saving " + quoted(path_) + ": commit() twice");
+  if (fd_ < 0) throw Error(ErrorCode::IoError, "saving " + quote(path_) + ": commit() twice");
   // Data first, then the name: after a crash the final name holds the old or the new file, whole.
   if (::fsync(fd_) != 0) {
-    throw io_error("saving " + quoted(path_) + ": flushing " + quoted(temp_path_), errno);
+    throw io_error("saving " + quote(path_) + ": flushing " + quote(temp_path_), errno);
   }
   int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) {
-    throw io_error("saving " + quoted(path_) + ": closing " + quoted(temp_path_), errno);
+    throw io_error("saving " + quote(path_) + ": closing " + quote(temp_path_), errno);
   }
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    throw io_error("saving " + quoted(path_) + ": renaming " + quoted(temp_path_) + " over it",
+    throw io_error("saving " + quote(path_) + ": renaming " + quote(temp_path_) + " over it",
                    errno);
   }
   committed_ = true;

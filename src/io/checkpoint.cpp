@@ -35,7 +35,7 @@ CheckpointFormat detect_format(const std::string& path) {
   const uint64_t size = std::filesystem::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
   if (ec || !in) {
-    throw Error(ErrorCode::IoError, "reading \"" + path + "\": " +
+    throw Error(ErrorCode::IoError, "reading " + quote(path) + ": " +
                                         (ec ? ec.message() : std::string("cannot open the file")));
   }
   unsigned char head[9] = {};
@@ -52,8 +52,8 @@ CheckpointFormat detect_format(const std::string& path) {
     }
   }
   throw Error(ErrorCode::UnknownFormat,
-              "reading \"" + path +
-                  "\": neither a PyTorch zip archive nor a safetensors file (first bytes: " +
+              "reading " + quote(path) +
+                  ": neither a PyTorch zip archive nor a safetensors file (first bytes: " +
                   first_bytes_hex(head, got) + ")");
 }
 

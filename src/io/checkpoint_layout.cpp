@@ -56,7 +56,7 @@ bool split_name(const std::string& name, std::string& prefix, bool& is_weight, i
 
 std::string module_name(const std::string& prefix) {
   return prefix.empty() ? std::string("grouped module at the root")
-                        : "grouped module \"" + prefix + "\"";
+                        : "grouped module " + quote(prefix);
 }
 
 // "weight3, weight7" for the indices in [0, n) that `present` lacks (at most kMaxListed).
@@ -84,14 +84,14 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
     const StateDict::Entry* both = c.weight != nullptr ? c.weight : c.bias;
     const StateDict::Entry* other =
         !c.weights.empty() ? c.weights.begin()->second : c.biases.begin()->second;
-    fail(ErrorCode::BothLayoutsPresent, "has both " + quoted(both->first) + " and " +
-                                            quoted(other->first) +
+    fail(ErrorCode::BothLayoutsPresent, "has both " + quote(both->first) + " and " +
+                                            quote(other->first) +
                                             " (single and per-expert layouts at once)");
     return;
   }
   if (c.weights.empty()) {
-    fail(ErrorCode::PartialExpertSet, "has " + quoted(c.biases.begin()->second->first) +
-                                          " but no " + quoted(c.prefix + "weight0") +
+    fail(ErrorCode::PartialExpertSet, "has " + quote(c.biases.begin()->second->first) + " but no " +
+                                          quote(c.prefix + "weight0") +
                                           " (biases without weights)");
     return;
   }
@@ -99,14 +99,14 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
   if (static_cast<int64_t>(c.weights.size()) != n) {
     fail(ErrorCode::PartialExpertSet, "has " + std::to_string(c.weights.size()) +
                                           " expert weights up to " +
-                                          quoted(c.weights.rbegin()->second->first) +
-                                          " but lacks " + missing_list(c.weights, n, "weight"));
+                                          quote(c.weights.rbegin()->second->first) + " but lacks " +
+                                          missing_list(c.weights, n, "weight"));
     return;
   }
   if (!c.biases.empty()) {
     const int64_t last_bias = c.biases.rbegin()->first;
     if (last_bias >= n) {
-      fail(ErrorCode::PartialExpertSet, "has " + quoted(c.biases.rbegin()->second->first) +
+      fail(ErrorCode::PartialExpertSet, "has " + quote(c.biases.rbegin()->second->first) +
                                             " but only " + std::to_string(n) + " expert weights");
       return;
     }
@@ -119,7 +119,7 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
   }
   const Tensor& w0 = c.weights.begin()->second->second;
   if (w0.rank() != 2) {
-    fail(ErrorCode::ShapeMismatch, quoted(c.weights.begin()->second->first) + " has shape " +
+    fail(ErrorCode::ShapeMismatch, quote(c.weights.begin()->second->first) + " has shape " +
                                        shape_to_string(w0.shape()) +
                                        ", expected [out_features, in_features]");
     return;
@@ -127,15 +127,15 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
   for (const auto& [i, e] : c.weights) {
     if (e->second.shape() != w0.shape()) {
       fail(ErrorCode::ShapeMismatch,
-           quoted(e->first) + " has shape " + shape_to_string(e->second.shape()) + ", expected " +
-               shape_to_string(w0.shape()) + " as " + quoted(c.weights.begin()->second->first));
+           quote(e->first) + " has shape " + shape_to_string(e->second.shape()) + ", expected " +
+               shape_to_string(w0.shape()) + " as " + quote(c.weights.begin()->second->first));
       return;
     }
     if (e->second.dtype() != w0.dtype()) {
-      fail(ErrorCode::DTypeMismatch, quoted(e->first) + " is " +
+      fail(ErrorCode::DTypeMismatch, quote(e->first) + " is " +
                                          std::string(dtype_name(e->second.dtype())) +
                                          ", expected " + std::string(dtype_name(w0.dtype())) +
-                                         " as " + quoted(c.weights.begin()->second->first));
+                                         " as " + quote(c.weights.begin()->second->first));
       return;
     }
   }
@@ -150,16 +150,16 @@ void check_per_expert(const Candidate& c, GroupedScan& scan) {
     const Tensor& b0 = c.biases.begin()->second->second;
     for (const auto& [i, e] : c.biases) {
       if (e->second.shape() != Shape{m.out_features}) {
-        fail(ErrorCode::ShapeMismatch, quoted(e->first) + " has shape " +
+        fail(ErrorCode::ShapeMismatch, quote(e->first) + " has shape " +
                                            shape_to_string(e->second.shape()) + ", expected [" +
                                            std::to_string(m.out_features) + "]");
         return;
       }
       if (e->second.dtype() != b0.dtype()) {
-        fail(ErrorCode::DTypeMismatch, quoted(e->first) + " is " +
+        fail(ErrorCode::DTypeMismatch, quote(e->first) + " is " +
                                            std::string(dtype_name(e->second.dtype())) +
                                            ", expected " + std::string(dtype_name(b0.dtype())) +
-                                           " as " + quoted(c.biases.begin()->second->first));
+                                           " as " + quote(c.biases.begin()->second->first));
         return;
       }
     }
@@ -186,10 +186,10 @@ void check_single(const Candidate& c, GroupedScan& scan) {
     if (b.shape() != Shape{m.num_experts, m.out_features}) {
       scan.problems.emplace_back(
           ErrorCode::ShapeMismatch,
-          module_name(c.prefix) + ": " + quoted(c.bias->first) + " has shape " +
+          module_name(c.prefix) + ": " + quote(c.bias->first) + " has shape " +
               shape_to_string(b.shape()) + ", expected [num_experts, out_features] = [" +
               std::to_string(m.num_experts) + ", " + std::to_string(m.out_features) + "] for " +
-              quoted(c.weight->first) + " of shape " + shape_to_string(w.shape()));
+              quote(c.weight->first) + " of shape " + shape_to_string(w.shape()));
       return;
     }
     m.bias = true;
@@ -197,7 +197,7 @@ void check_single(const Candidate& c, GroupedScan& scan) {
   }
   if (m.num_experts == 0) {
     scan.problems.emplace_back(ErrorCode::ShapeMismatch,
-                               module_name(c.prefix) + ": " + quoted(c.weight->first) +
+                               module_name(c.prefix) + ": " + quote(c.weight->first) +
                                    " has shape " + shape_to_string(w.shape()) +
                                    ": no experts (a grouped module has at least one)");
     return;

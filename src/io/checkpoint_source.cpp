@@ -19,15 +19,15 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
   src->path_ = path;
   src->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (src->fd_ < 0) {
-    throw Error(ErrorCode::IoError, "opening \"" + path + "\": " + std::strerror(errno));
+    throw Error(ErrorCode::IoError, "opening " + quote(path) + ": " + std::strerror(errno));
   }
   struct stat st;
   if (::fstat(src->fd_, &st) != 0) {
     throw Error(ErrorCode::IoError,
-                "reading the size of \"" + path + "\": " + std::strerror(errno));
+                "reading the size of " + quote(path) + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
-    throw Error(ErrorCode::IoError, "opening \"" + path + "\": not a regular file");
+    throw Error(ErrorCode::IoError, "opening " + quote(path) + ": not a regular file");
   }
   src->size_ = static_cast<uint64_t>(st.st_size);
   src->device_ = st.st_dev;
@@ -38,7 +38,7 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
   try {
     src->mapping_ = MappedFile::open(::access(self.c_str(), R_OK) == 0 ? self : path);
   } catch (const Error& e) {
-    throw Error(e.code(), "mapping \"" + path + "\": " + e.message());
+    throw Error(e.code(), "mapping " + quote(path) + ": " + e.message());
   }
   src->format_ = detect_format(path);
   std::shared_ptr<Storage> bytes = src->mapping_->storage(0, src->mapping_->size());
@@ -83,11 +83,12 @@ void CheckpointSource::read(const Tensor& t, uint64_t at, std::span<std::byte> d
     ssize_t n = ::pread(fd_, p, left, static_cast<off_t>(pos));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorCode::IoError, "reading \"" + path_ + "\" at byte " + std::to_string(pos) +
-                                          ": " + std::strerror(errno));
+      throw Error(ErrorCode::IoError, "reading " + quote(path_) + " at byte " +
+                                          std::to_string(pos) + ": " + std::strerror(errno));
     }
     if (n == 0) {
-      throw Error(ErrorCode::Truncated, "reading \"" + path_ + "\" at byte " + std::to_string(pos) +
+      throw Error(ErrorCode::Truncated, "reading " + quote(path_) + " at byte " +
+                                            std::to_string(pos) +
                                             ": the file ended (was it changed while reading?)");
     }
     p += n;

@@ -94,7 +94,7 @@ Canonical open_canonical(const std::string& path) {
   try {
     c.plan = plan_conversion(c.src->tensors(), ExpertLayout::PerExpert);
   } catch (const Error& e) {
-    throw Error(e.code(), "reading " + quoted(path) + ": " + e.message());
+    throw Error(e.code(), "reading " + quote(path) + ": " + e.message());
   }
   for (size_t i = 0; i < c.plan.tensors.size(); ++i) c.index.emplace(c.plan.tensors[i].name, i);
   return c;
@@ -144,7 +144,7 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
   r.modules_b = b.plan.modules;
   auto differ = [&](const std::string& name, const std::string& what) {
     r.same = false;
-    if (r.differing++ < options.max_listed) r.differences.push_back(name + ": " + what);
+    if (r.differing++ < options.max_listed) r.differences.push_back(quote(name) + ": " + what);
   };
 
   std::vector<std::byte> buf_a(kChunk), buf_b(kChunk);

@@ -109,21 +109,21 @@ void check_output(const std::string& in, const std::string& out,
   struct stat st;
   if (::stat(out.c_str(), &st) != 0) {
     if (errno == ENOENT) return;
-    throw Error(ErrorCode::IoError, "converting " + quoted(in) + ": checking " + quoted(out) +
-                                        ": " + std::strerror(errno));
+    throw Error(ErrorCode::IoError, "converting " + quote(in) + ": checking " + quote(out) + ": " +
+                                        std::strerror(errno));
   }
   if (st.st_dev == src.device() && st.st_ino == src.inode()) {
-    throw Error(ErrorCode::InvalidArgument, "converting " + quoted(in) + ": the output " +
-                                                quoted(out) +
+    throw Error(ErrorCode::InvalidArgument, "converting " + quote(in) + ": the output " +
+                                                quote(out) +
                                                 " is the input file; refusing to overwrite it");
   }
   if (!S_ISREG(st.st_mode)) {
-    throw Error(ErrorCode::InvalidArgument, "converting " + quoted(in) + ": the output " +
-                                                quoted(out) + " exists and is not a regular file");
+    throw Error(ErrorCode::InvalidArgument, "converting " + quote(in) + ": the output " +
+                                                quote(out) + " exists and is not a regular file");
   }
   if (!overwrite) {
     throw Error(ErrorCode::InvalidArgument,
-                "converting " + quoted(in) + ": the output " + quoted(out) +
+                "converting " + quote(in) + ": the output " + quote(out) +
                     " already exists; not replacing it unless asked to (--force)");
   }
 }
@@ -132,14 +132,14 @@ void check_output(const std::string& in, const std::string& out,
 
 ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
                                  const ConvertOptions& options) {
-  const std::string context = "converting " + quoted(in);
+  const std::string context = "converting " + quote(in);
   std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(in);
   check_output(in, out, *src, options.overwrite);
   std::optional<CheckpointFormat> format = options.format;
   if (!format) format = format_for_extension(out);
   if (!format) {
     throw Error(ErrorCode::UnknownFormat,
-                context + ": the extension of " + quoted(out) +
+                context + ": the extension of " + quote(out) +
                     " names no checkpoint format (.safetensors, .pt, .pth, .bin); give the "
                     "format (--format safetensors|pt)");
   }
@@ -163,7 +163,7 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   Progress progress(options, report.data_bytes);
   if (*format == CheckpointFormat::Safetensors) {
     // A .pt file has no metadata; a safetensors one keeps its own.
-    write_safetensors_out(*file, *src, plan, src->metadata(), "saving " + quoted(out), progress);
+    write_safetensors_out(*file, *src, plan, src->metadata(), "saving " + quote(out), progress);
   } else {
     write_pt_out(*file, *src, plan, progress);
   }

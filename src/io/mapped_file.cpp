@@ -19,7 +19,7 @@ namespace {
 const std::byte kEmptyFile[1] = {};
 
 std::string os_error(const std::string& what, const std::string& path, int err) {
-  return what + " \"" + path + "\": " + std::strerror(err);
+  return what + " " + quote(path) + ": " + std::strerror(err);
 }
 
 // Closes a descriptor when the scope ends, whatever happens.
@@ -45,10 +45,10 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   if (::fstat(fd, &st) != 0)
     throw Error(ErrorCode::IoError, os_error("reading the size of", path, errno));
   if (!S_ISREG(st.st_mode)) {
-    throw Error(ErrorCode::IoError, "opening \"" + path + "\": not a regular file");
+    throw Error(ErrorCode::IoError, "opening " + quote(path) + ": not a regular file");
   }
   if (static_cast<uint64_t>(st.st_size) > std::numeric_limits<size_t>::max()) {
-    throw Error(ErrorCode::IoError, "opening \"" + path + "\": file of " +
+    throw Error(ErrorCode::IoError, "opening " + quote(path) + ": file of " +
                                         std::to_string(st.st_size) +
                                         " bytes does not fit in the address space");
   }
@@ -88,7 +88,7 @@ void MappedFile::will_need(size_t offset, size_t len) const {
 
 std::shared_ptr<Storage> MappedFile::storage(size_t offset, size_t len) const {
   if (offset > size_ || len > size_ - offset) {
-    throw Error(ErrorCode::OutOfBounds, "mapping of \"" + path_ + "\": bytes [" +
+    throw Error(ErrorCode::OutOfBounds, "mapping of " + quote(path_) + ": bytes [" +
                                             std::to_string(offset) + ", +" + std::to_string(len) +
                                             ") are outside the file of " + std::to_string(size_) +
                                             " bytes");

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/utf8.hpp"
 #include "grouplin/error.hpp"
 
 namespace grouplin::pickle {
@@ -112,46 +113,7 @@ const char* opcode_name(uint8_t op) {
   return "unknown";
 }
 
-// Printable form of untrusted text for messages: ASCII kept, the rest as \xNN, cut at 120.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < 120; ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > 120) out += "...";
-  return out;
-}
-
 }  // namespace
-
-bool is_valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : 4;
-    if (n == 4 || (n > 0 && s.size() - i - 1 < n)) return false;
-    uint32_t cp = n == 0 ? c : c & (0x3F >> n);
-    for (size_t k = 1; k <= n; ++k) {
-      auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    // Overlong forms and values past U+10FFFF; surrogates are allowed as pickle writes them.
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
-        (n == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
-      return false;
-    }
-    i += n + 1;
-  }
-  return true;
-}
 
 namespace {
 
@@ -220,7 +182,8 @@ class Machine {
     }
     const std::byte* p = take(static_cast<size_t>(n));
     std::string s(reinterpret_cast<const char*>(p), static_cast<size_t>(n));
-    if (!is_valid_utf8(s)) invalid(op() + " string is not UTF-8: \"" + printable(s) + "\"");
+    if (!utf8::is_valid(s, /*allow_surrogates=*/true))
+      invalid(op() + " string is not UTF-8: " + quote(s));
     return s;
   }
 
@@ -331,7 +294,7 @@ void Machine::op_global() {
     if (u == full)
       fail(ErrorCode::UnsupportedDType, "global " + full + ": GroupLin has no such element type");
   }
-  fail(ErrorCode::ForbiddenGlobal, "forbidden global " + printable(full));
+  fail(ErrorCode::ForbiddenGlobal, "forbidden global " + quote(full));
 }
 
 void Machine::set_items(uint32_t dict, const std::vector<uint32_t>& kv) {
@@ -353,8 +316,8 @@ void Machine::set_items(uint32_t dict, const std::vector<uint32_t>& kv) {
     }
     if (!keys.insert(std::move(id)).second) {
       fail(ErrorCode::DuplicateName,
-           op() + " sets key \"" +
-               printable(k.kind == Kind::String ? k.text : std::to_string(k.number)) + "\" twice");
+           op() + " sets key " + quote(k.kind == Kind::String ? k.text : std::to_string(k.number)) +
+               " twice");
     }
     add_child(dict, kv[i]);
     add_child(dict, kv[i + 1]);
@@ -400,8 +363,8 @@ void Machine::op_persid() {
   const Object& key = obj(t.items[2]);
   const Object& location = obj(t.items[3]);
   if (type.kind != Kind::Global || type.global != GlobalKind::StorageType) {
-    invalid("persistent id names a " + std::string(kind_name(type.kind)) + " " +
-            printable(type.text) + ", expected a torch storage type");
+    invalid("persistent id names a " + std::string(kind_name(type.kind)) + " " + quote(type.text) +
+            ", expected a torch storage type");
   }
   bool key_ok = key.kind == Kind::String && !key.text.empty() && key.text.size() <= 64;
   for (char c : key.kind == Kind::String ? key.text : std::string()) {
@@ -409,12 +372,12 @@ void Machine::op_persid() {
                         (c >= 'A' && c <= 'Z') || c == '_');
   }
   if (!key_ok) {
-    invalid("storage key \"" + printable(key.text) + "\" is not 1-64 letters, digits or '_'");
+    invalid("storage key " + quote(key.text) + " is not 1-64 letters, digits or '_'");
   }
   if (location.kind != Kind::String) invalid("storage location is not a str");
-  int64_t numel = expect_int(t.items[4], "storage \"" + key.text + "\" numel");
+  int64_t numel = expect_int(t.items[4], "storage " + quote(key.text) + " numel");
   if (static_cast<uint64_t>(numel) > SIZE_MAX / dtype_size(type.dtype)) {
-    fail(ErrorCode::SizeOverflow, "storage \"" + key.text + "\" of " + std::to_string(numel) +
+    fail(ErrorCode::SizeOverflow, "storage " + quote(key.text) + " of " + std::to_string(numel) +
                                       " elements does not fit in memory");
   }
   size_t index;
@@ -427,7 +390,7 @@ void Machine::op_persid() {
     index = it->second;
     const StorageRef& s = storages_[index];
     if (s.type != type.text || s.numel != numel) {
-      invalid("storage \"" + key.text + "\" declared as " + s.type + " of " +
+      invalid("storage " + quote(key.text) + " declared as " + s.type + " of " +
               std::to_string(s.numel) + " and as " + type.text + " of " + std::to_string(numel));
     }
   }
@@ -464,7 +427,7 @@ uint32_t Machine::rebuild_tensor(const std::vector<uint32_t>& args, bool v3) {
   if (v3) {
     const Object& d = obj(args[6]);
     if (d.kind != Kind::Global || d.global != GlobalKind::DTypeTag) {
-      invalid(fn + ": dtype argument is a " + kind_name(d.kind) + " " + printable(d.text));
+      invalid(fn + ": dtype argument is a " + kind_name(d.kind) + " " + quote(d.text));
     }
     if (!s.untyped && s.dtype != d.dtype) {
       invalid(fn + ": dtype " + d.text + " on a " + s.type);
@@ -500,7 +463,7 @@ uint32_t Machine::rebuild_tensor(const std::vector<uint32_t>& args, bool v3) {
   if (empty ? t.storage_offset > capacity : last >= capacity) {
     fail(ErrorCode::StorageTooSmall,
          what + " reaches element " + std::to_string(empty ? t.storage_offset : last) +
-             " of storage \"" + s.key + "\" (" + s.type + ") that holds " +
+             " of storage " + quote(s.key) + " (" + s.type + ") that holds " +
              std::to_string(capacity) + " elements of " + std::string(dtype_name(t.dtype)));
   }
   tensors_.push_back(std::move(t));
@@ -566,7 +529,7 @@ PickledStateDict Machine::finish(uint32_t result) {
     const Object& v = obj(d.items[i + 1]);
     if (k.kind != Kind::String) invalid("state dict key is a " + std::string(kind_name(k.kind)));
     if (v.kind != Kind::Tensor) {
-      invalid("state dict entry \"" + printable(k.text) + "\" is a " + kind_name(v.kind) +
+      invalid("state dict entry " + quote(k.text) + " is a " + kind_name(v.kind) +
               ", not a tensor; only flat name -> tensor dicts are read");
     }
     out.tensors.emplace_back(k.text, tensors_[static_cast<size_t>(v.number)]);

@@ -82,8 +82,4 @@ PickledStateDict run_pickle(std::span<const std::byte> pickle, const PickleLimit
 // with no elements, may have any stride (as in torch's is_contiguous).
 bool is_contiguous(const Shape& shape, const std::vector<int64_t>& stride);
 
-// True when `s` is UTF-8 as Python's pickle writes it (no overlong forms, nothing past
-// U+10FFFF; surrogates allowed). BINUNICODE strings must pass; the writer checks names with it.
-bool is_valid_utf8(std::string_view s);
-
 }  // namespace grouplin::pickle

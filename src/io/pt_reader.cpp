@@ -51,13 +51,13 @@ StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
   const std::string& first = entries.front().name;
   const size_t slash = first.find('/');
   if (slash == std::string::npos || slash == 0) {
-    throw Error(ErrorCode::InvalidZip, "record " + quoted(first) + " is not inside a folder");
+    throw Error(ErrorCode::InvalidZip, "record " + quote(first) + " is not inside a folder");
   }
   const std::string folder = first.substr(0, slash + 1);
   for (const zip::Entry& e : entries) {
     if (e.name.compare(0, folder.size(), folder) != 0) {
-      throw Error(ErrorCode::InvalidZip, "record " + quoted(e.name) + " is outside the folder " +
-                                             quoted(folder) + " of the first record");
+      throw Error(ErrorCode::InvalidZip, "record " + quote(e.name) + " is outside the folder " +
+                                             quote(folder) + " of the first record");
     }
   }
   const std::string data_folder = folder + "data/";
@@ -69,13 +69,13 @@ StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
 
   const zip::Entry* pkl = archive.find(folder + "data.pkl");
   if (pkl == nullptr)
-    throw Error(ErrorCode::MissingRecord, "no record " + quoted(folder + "data.pkl"));
+    throw Error(ErrorCode::MissingRecord, "no record " + quote(folder + "data.pkl"));
   if (const zip::Entry* order = archive.find(folder + "byteorder")) {
     auto b = archive.bytes(*order);
     std::string_view value(reinterpret_cast<const char*>(b.data()), b.size());
     if (value != "little") {
-      throw Error(ErrorCode::UnknownFormat, "record " + quoted(order->name) + " is " +
-                                                quoted(value.substr(0, 16)) +
+      throw Error(ErrorCode::UnknownFormat, "record " + quote(order->name) + " is " +
+                                                quote(value.substr(0, 16)) +
                                                 "; only little-endian files are read");
     }
   }
@@ -84,7 +84,7 @@ StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
   try {
     pickled = pickle::run_pickle(archive.bytes(*pkl));
   } catch (const Error& e) {
-    throw Error(e.code(), "record " + quoted(pkl->name) + " " + e.message());
+    throw Error(e.code(), "record " + quote(pkl->name) + " " + e.message());
   }
 
   // Storages: exact record sizes; zero-copy unless the record is misaligned for a dtype using it.
@@ -100,12 +100,12 @@ StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
     const zip::Entry* e = archive.find(record);
     if (e == nullptr) {
       throw Error(ErrorCode::MissingRecord,
-                  "storage " + quoted(s.key) + " (" + s.type + ") has no record " + quoted(record));
+                  "storage " + quote(s.key) + " (" + s.type + ") has no record " + quote(record));
     }
     if (e->size != s.nbytes()) {
       throw Error(ErrorCode::StorageSizeMismatch,
-                  "record " + quoted(record) + " has " + std::to_string(e->size) +
-                      " bytes but storage " + quoted(s.key) + " is " + s.type + " of " +
+                  "record " + quote(record) + " has " + std::to_string(e->size) +
+                      " bytes but storage " + quote(s.key) + " is " + s.type + " of " +
                       std::to_string(s.numel) + " elements (" + std::to_string(s.nbytes()) +
                       " bytes)");
     }
@@ -141,7 +141,7 @@ StateDict parse_pt(std::shared_ptr<Storage> bytes, const std::string& name_for_e
   try {
     return parse(std::move(bytes), options);
   } catch (const Error& e) {
-    throw Error(e.code(), "loading " + quoted(name_for_errors) + ": " + e.message());
+    throw Error(e.code(), "loading " + quote(name_for_errors) + ": " + e.message());
   }
 }
 

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/utf8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
 #include "io/pickle_machine.hpp"
@@ -332,7 +333,7 @@ PtArchive::PtArchive(std::span<const PtTensorSpec> tensors, std::span<const PtRe
                      uint64_t start_position)
     : start_position_(start_position) {
   for (const PtTensorSpec& t : tensors) {
-    if (!pickle::is_valid_utf8(t.name))
+    if (!utf8::is_valid(t.name, /*allow_surrogates=*/true))
       throw Error(ErrorCode::InvalidArgument, "writing .pt: tensor name is not UTF-8");
   }
   pickle_ = make_pickle(tensors, records);
@@ -394,8 +395,9 @@ void write_pt_archive(
 void write_pt(FileSink& sink, const StateDict& dict) {
   for (const auto& [name, t] : dict) {
     if (!t.defined())
-      throw Error(ErrorCode::UndefinedTensor, "writing .pt: tensor \"" + name + "\" is undefined");
-    if (!pickle::is_valid_utf8(name))
+      throw Error(ErrorCode::UndefinedTensor,
+                  "writing .pt: tensor " + quote(name) + " is undefined");
+    if (!utf8::is_valid(name, /*allow_surrogates=*/true))
       throw Error(ErrorCode::InvalidArgument, "writing .pt: tensor name is not UTF-8");
   }
   const Plan plan = plan_records(dict);

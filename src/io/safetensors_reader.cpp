@@ -11,94 +11,14 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/utf8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
 
 namespace grouplin {
 
-namespace detail {
-
-size_t utf8_error_offset(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    auto b = static_cast<uint8_t>(s[i]);
-    if (b < 0x80) {
-      ++i;
-      continue;
-    }
-    // Lead byte: sequence length and the allowed range of the second byte (Unicode table 3-7).
-    size_t len;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) {
-      len = 2;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      len = 3;
-      if (b == 0xE0) lo = 0xA0;  // no overlong forms
-      if (b == 0xED) hi = 0x9F;  // no surrogates
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      len = 4;
-      if (b == 0xF0) lo = 0x90;  // no overlong forms
-      if (b == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-    } else {
-      return i;
-    }
-    if (len > n - i) return i;
-    auto b1 = static_cast<uint8_t>(s[i + 1]);
-    if (b1 < lo || b1 > hi) return i;
-    for (size_t k = 2; k < len; ++k) {
-      auto bk = static_cast<uint8_t>(s[i + k]);
-      if (bk < 0x80 || bk > 0xBF) return i;
-    }
-    i += len;
-  }
-  return n;
-}
-
-std::string quote_name(std::string_view s) {
-  constexpr size_t kMaxShown = 200;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  size_t i = 0;
-  while (i < s.size() && i < kMaxShown) {
-    auto b = static_cast<uint8_t>(s[i]);
-    if (b >= 0x80) {
-      // Copy a whole valid UTF-8 character, or show one bad byte as \xNN.
-      size_t len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
-      if (len <= s.size() - i && utf8_error_offset(s.substr(i, len)) == len) {
-        out.append(s.substr(i, len));
-        i += len;
-      } else {
-        out += "\\x";
-        out += kHex[b >> 4];
-        out += kHex[b & 15];
-        ++i;
-      }
-      continue;
-    }
-    if (b == '"' || b == '\\') {
-      out += '\\';
-      out += static_cast<char>(b);
-    } else if (b < 0x20 || b == 0x7F) {
-      out += "\\x";
-      out += kHex[b >> 4];
-      out += kHex[b & 15];
-    } else {
-      out += static_cast<char>(b);
-    }
-    ++i;
-  }
-  out += '"';
-  if (i < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
-  return out;
-}
-
-}  // namespace detail
-
 namespace {
 
-using detail::quote_name;
-using detail::utf8_error_offset;
 using Json = nlohmann::json;
 
 constexpr uint64_t kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
@@ -215,12 +135,12 @@ class HeaderHandler {
     switch (where()) {
       case Where::Entries:
         if (!names_.insert(k).second) {
-          fail(ErrorCode::DuplicateName, "the header has two entries named " + quote_name(k));
+          fail(ErrorCode::DuplicateName, "the header has two entries named " + quote(k));
         }
         break;
       case Where::Metadata:
         if (metadata_.count(k) != 0) {
-          fail(ErrorCode::DuplicateName, "\"__metadata__\" has two entries named " + quote_name(k));
+          fail(ErrorCode::DuplicateName, "\"__metadata__\" has two entries named " + quote(k));
         }
         break;
       case Where::Entry:
@@ -299,7 +219,7 @@ class HeaderHandler {
     error_ = std::move(message);
   }
 
-  std::string entry_prefix() const { return "tensor " + quote_name(entries_.back().name) + ": "; }
+  std::string entry_prefix() const { return "tensor " + quote(entries_.back().name) + ": "; }
 
   // A value the current place does not accept.
   bool scalar(const std::string& what) {
@@ -316,12 +236,12 @@ class HeaderHandler {
           }
         } else {
           fail(ErrorCode::InvalidHeader,
-               "tensor " + quote_name(pending_key_) + ": the entry is " + what + ", not an object");
+               "tensor " + quote(pending_key_) + ": the entry is " + what + ", not an object");
         }
         break;
       case Where::Metadata:
-        fail(ErrorCode::InvalidMetadata, "\"__metadata__\" entry " + quote_name(pending_key_) +
-                                             " is " + what + ", not a string");
+        fail(ErrorCode::InvalidMetadata,
+             "\"__metadata__\" entry " + quote(pending_key_) + " is " + what + ", not a string");
         break;
       case Where::Entry:
         if (field_ == Field::Offsets) {
@@ -387,8 +307,8 @@ class HeaderHandler {
               : k == "data_offsets" ? Field::Offsets
                                     : Field::None;
     if (f == Field::None) {
-      fail(ErrorCode::InvalidHeader, entry_prefix() + "unknown field " + quote_name(k) +
-                                         " (allowed: dtype, shape, data_offsets)");
+      fail(ErrorCode::InvalidHeader,
+           entry_prefix() + "unknown field " + quote(k) + " (allowed: dtype, shape, data_offsets)");
       return;
     }
     unsigned bit = 1u << static_cast<unsigned>(f);
@@ -407,11 +327,11 @@ class HeaderHandler {
     if (auto t = dtype_from_name(name)) {
       entries_.back().dtype = *t;
     } else if (is_foreign_dtype(name)) {
-      fail(ErrorCode::UnsupportedDType, entry_prefix() + "dtype " + quote_name(name) +
+      fail(ErrorCode::UnsupportedDType, entry_prefix() + "dtype " + quote(name) +
                                             " is valid safetensors but GroupLin has no such "
                                             "element type");
     } else {
-      fail(ErrorCode::UnknownDType, entry_prefix() + "unknown dtype " + quote_name(name));
+      fail(ErrorCode::UnknownDType, entry_prefix() + "unknown dtype " + quote(name));
     }
   }
 
@@ -422,7 +342,7 @@ class HeaderHandler {
                           : !e.has_offsets ? "data_offsets"
                                            : nullptr;
     if (missing != nullptr) {
-      fail(ErrorCode::InvalidHeader, entry_prefix() + "missing field \"" + missing + "\"");
+      fail(ErrorCode::InvalidHeader, entry_prefix() + "missing field " + quote(missing));
       return;
     }
     uint64_t begin = e.offsets[0], end = e.offsets[1];
@@ -503,7 +423,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_
   check_header_length(json.size(), context);
 
   // parse: UTF-8 first (nlohmann checks strings only), then JSON with the structure alongside.
-  if (size_t bad = utf8_error_offset(json); bad != json.size()) {
+  if (size_t bad = utf8::error_offset(json); bad != json.size()) {
     throw Error(ErrorCode::InvalidHeader, context + ": the header is not valid UTF-8 (byte " +
                                               std::to_string(bad) + " of the header)");
   }
@@ -538,19 +458,19 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_
     uint64_t begin = e.offsets[0], end = e.offsets[1];
     if (begin != expected) {
       std::string at =
-          context + ": tensor " + quote_name(e.name) + ": offsets " + offsets_to_string(begin, end);
+          context + ": tensor " + quote(e.name) + ": offsets " + offsets_to_string(begin, end);
       std::string message;
       if (prev == nullptr) {
         message = at + " leave bytes [0, " + std::to_string(begin) +
                   ") of the data buffer to no tensor (the first tensor starts at 0)";
       } else if (begin > expected) {
         message = at + " leave bytes [" + std::to_string(expected) + ", " + std::to_string(begin) +
-                  ") to no tensor after tensor " + quote_name(prev->name) + " " +
+                  ") to no tensor after tensor " + quote(prev->name) + " " +
                   offsets_to_string(prev->offsets[0], prev->offsets[1]);
       } else if (begin == prev->offsets[0] && end == prev->offsets[1]) {
-        message = at + " alias the bytes of tensor " + quote_name(prev->name);
+        message = at + " alias the bytes of tensor " + quote(prev->name);
       } else {
-        message = at + " overlap tensor " + quote_name(prev->name) + " " +
+        message = at + " overlap tensor " + quote(prev->name) + " " +
                   offsets_to_string(prev->offsets[0], prev->offsets[1]);
       }
       throw Error(ErrorCode::OffsetsNotContiguous, message);
@@ -586,7 +506,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_
 
 SafetensorsLayout parse_safetensors_layout(std::span<const std::byte> file,
                                            const std::string& name_for_errors) {
-  std::string context = "loading " + quote_name(name_for_errors);
+  std::string context = "loading " + quote(name_for_errors);
 
   // size → caps → bounds, then the header validator does the rest.
   size_t size = file.size();
@@ -611,7 +531,7 @@ SafetensorsFile parse_safetensors(std::shared_ptr<Storage> bytes,
                                   const std::string& name_for_errors) {
   if (!bytes) {
     throw Error(ErrorCode::InvalidArgument,
-                "loading " + quote_name(name_for_errors) + ": no storage given");
+                "loading " + quote(name_for_errors) + ": no storage given");
   }
   SafetensorsLayout layout =
       parse_safetensors_layout({bytes->data(), bytes->size()}, name_for_errors);

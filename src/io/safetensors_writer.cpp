@@ -6,14 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "core/utf8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
 
 namespace grouplin {
 namespace {
-
-using detail::quote_name;
-using detail::utf8_error_offset;
 
 // The reference sorts tensors by its Dtype enum, descending, then by name. That enum lists the
 // dtypes in increasing alignment, so larger elements come first and every tensor's data stays
@@ -112,7 +110,7 @@ void write_file(FileSink& sink, const StateDict& tensors,
   for (const auto& [name, tensor] : tensors) {
     if (!tensor.defined()) {
       throw Error(ErrorCode::UndefinedTensor,
-                  context + ": tensor " + quote_name(name) + " is undefined");
+                  context + ": tensor " + quote(name) + " is undefined");
     }
     entries.push_back({name, tensor.dtype(), tensor.shape(), 0, 0});
     items.push_back(&tensor);
@@ -138,16 +136,15 @@ SafetensorsWritePlan plan_safetensors_write(std::vector<SafetensorsEntry> entrie
       throw Error(ErrorCode::InvalidArgument,
                   context + ": a tensor cannot be named \"__metadata__\" (reserved for metadata)");
     }
-    if (utf8_error_offset(e.name) != e.name.size()) {
+    if (!utf8::is_valid(e.name)) {
       throw Error(ErrorCode::InvalidArgument,
-                  context + ": tensor name " + quote_name(e.name) + " is not valid UTF-8");
+                  context + ": tensor name " + quote(e.name) + " is not valid UTF-8");
     }
   }
   for (const auto& [key, value] : metadata) {
-    if (utf8_error_offset(key) != key.size() || utf8_error_offset(value) != value.size()) {
-      throw Error(ErrorCode::InvalidMetadata, context + ": metadata entry " + quote_name(key) +
-                                                  " = " + quote_name(value) +
-                                                  " is not valid UTF-8");
+    if (!utf8::is_valid(key) || !utf8::is_valid(value)) {
+      throw Error(ErrorCode::InvalidMetadata, context + ": metadata entry " + quote(key) + " = " +
+                                                  quote(value) + " is not valid UTF-8");
     }
   }
   SafetensorsWritePlan plan;
@@ -183,7 +180,7 @@ SafetensorsWritePlan plan_safetensors_write(std::vector<SafetensorsEntry> entrie
     uint64_t nbytes = static_cast<uint64_t>(shape_numel(e.shape));
     if (nbytes > UINT64_MAX / dtype_size(e.dtype)) {
       throw Error(ErrorCode::SizeOverflow,
-                  context + ": tensor " + quote_name(e.name) + " holds more than 2^64 bytes");
+                  context + ": tensor " + quote(e.name) + " holds more than 2^64 bytes");
     }
     nbytes *= dtype_size(e.dtype);
     if (nbytes > UINT64_MAX - offset) {
@@ -222,7 +219,7 @@ void write_safetensors(FileSink& sink, const StateDict& tensors,
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
   std::unique_ptr<AtomicFile> file = AtomicFile::create(path);
-  write_file(*file, tensors, metadata, "saving " + quote_name(path));
+  write_file(*file, tensors, metadata, "saving " + quote(path));
   file->commit();
 }
 

@@ -260,7 +260,7 @@ ZipReader ZipReader::open(std::shared_ptr<Storage> file) {
     }
     Entry entry;
     entry.name.assign(reinterpret_cast<const char*>(h + kCentralHeaderSize), name_len);
-    const std::string where = "entry " + quoted(entry.name);
+    const std::string where = "entry " + quote(entry.name);
     if (entry.name.empty()) fail(ErrorCode::InvalidZip, at + " has an empty name");
     if ((flags & kEncryptionFlags) != 0) {
       fail(ErrorCode::EncryptedEntry, where + " is encrypted (flags " + hex32(flags) + ")");
@@ -307,7 +307,7 @@ ZipReader ZipReader::open(std::shared_ptr<Storage> file) {
 
   // Local headers: they and the data must lie before the central directory and agree with it.
   for (Entry& entry : reader.entries_) {
-    const std::string where = "entry " + quoted(entry.name);
+    const std::string where = "entry " + quote(entry.name);
     const uint64_t lho = entry.header_offset;
     if (!fits(lho, kLocalHeaderSize, end.cd_offset) || le32(base + lho) != kLocalSignature) {
       fail(ErrorCode::InvalidZip, where + ": no local header at offset " + std::to_string(lho) +
@@ -323,7 +323,7 @@ ZipReader ZipReader::open(std::shared_ptr<Storage> file) {
     std::string_view local_name(reinterpret_cast<const char*>(h + kLocalHeaderSize), name_len);
     if (local_name != entry.name) {
       fail(ErrorCode::ZipHeaderMismatch, where + ": local header at offset " + std::to_string(lho) +
-                                             " names it " + quoted(local_name));
+                                             " names it " + quote(local_name));
     }
     if ((flags & kEncryptionFlags) != 0) {
       fail(ErrorCode::EncryptedEntry,
@@ -369,7 +369,7 @@ ZipReader ZipReader::open(std::shared_ptr<Storage> file) {
     const Entry* next = by_offset[i];
     if (next->header_offset < prev->data_offset + prev->size) {
       fail(ErrorCode::InvalidZip,
-           "entries " + quoted(prev->name) + " and " + quoted(next->name) +
+           "entries " + quote(prev->name) + " and " + quote(next->name) +
                " overlap (local header at " + std::to_string(next->header_offset) +
                " inside data ending at " + std::to_string(prev->data_offset + prev->size) + ")");
     }
@@ -393,7 +393,7 @@ std::shared_ptr<Storage> ZipReader::storage(const Entry& entry) const {
 void ZipReader::check_crc(const Entry& entry) const {
   uint32_t actual = crc32(0, bytes(entry));
   if (actual != entry.crc32) {
-    fail(ErrorCode::CrcMismatch, "entry " + quoted(entry.name) + ": data has CRC-32 " +
+    fail(ErrorCode::CrcMismatch, "entry " + quote(entry.name) + ": data has CRC-32 " +
                                      hex32(actual) + " but the directory records " +
                                      hex32(entry.crc32));
   }

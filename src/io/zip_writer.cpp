@@ -65,8 +65,8 @@ ZipWriter::RecordLayout ZipWriter::record_layout(uint64_t offset, std::string_vi
 
 void ZipWriter::begin_record(std::string_view name, uint64_t size) {
   if (open_ || finished_) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record \"" + std::string(name) +
-                                                "\" started while another is open or after finish");
+    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(name) +
+                                                " started while another is open or after finish");
   }
   if (name.empty() || name.size() > kMax16) {
     throw Error(ErrorCode::InvalidArgument, "zip writer: record name of " +
@@ -75,7 +75,7 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size) {
   }
   if (names_.count(std::string(name)) != 0) {
     throw Error(ErrorCode::DuplicateName,
-                "zip writer: record \"" + std::string(name) + "\" written twice");
+                "zip writer: record " + quote(std::string(name)) + " written twice");
   }
   const uint64_t offset = sink_.position();
   const RecordLayout layout = record_layout(offset, name, size, options_);
@@ -119,7 +119,7 @@ void ZipWriter::write(std::span<const std::byte> bytes) {
   if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: write with no open record");
   const Written& w = written_.back();
   if (bytes.size() > w.size - open_written_) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record \"" + w.name + "\" declared " +
+    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(w.name) + " declared " +
                                                 std::to_string(w.size) + " bytes, got more");
   }
   open_crc_ = crc32(open_crc_, bytes);
@@ -131,7 +131,7 @@ void ZipWriter::write_without_crc(std::span<const std::byte> bytes) {
   if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: write with no open record");
   const Written& w = written_.back();
   if (bytes.size() > w.size - open_written_) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record \"" + w.name + "\" declared " +
+    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(w.name) + " declared " +
                                                 std::to_string(w.size) + " bytes, got more");
   }
   open_crc_partial_ = true;
@@ -142,8 +142,8 @@ void ZipWriter::write_without_crc(std::span<const std::byte> bytes) {
 void ZipWriter::end_record() {
   if (open_crc_partial_) {
     throw Error(ErrorCode::InvalidArgument,
-                "zip writer: record \"" + written_.back().name +
-                    "\" has bytes written without CRC: close it with end_record(crc)");
+                "zip writer: record " + quote(written_.back().name) +
+                    " has bytes written without CRC: close it with end_record(crc)");
   }
   end_record(open_crc_);
 }
@@ -152,7 +152,7 @@ void ZipWriter::end_record(uint32_t crc) {
   if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: end_record with no open record");
   Written& w = written_.back();
   if (open_written_ != w.size) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record \"" + w.name + "\" declared " +
+    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(w.name) + " declared " +
                                                 std::to_string(w.size) + " bytes, got " +
                                                 std::to_string(open_written_));
   }

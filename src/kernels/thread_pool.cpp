@@ -161,7 +161,7 @@ int threads_from_environment(const char* value) {
   const bool digits_only = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
   if (!digits_only || end != v.c_str() + v.size() || n < 1 || n > kMaxThreads) {
     throw Error(ErrorCode::InvalidEnvironment, std::string("environment variable ") + kThreadsEnv +
-                                                   "=\"" + v + "\": expected an integer 1.." +
+                                                   "=" + quote(v) + ": expected an integer 1.." +
                                                    std::to_string(kMaxThreads));
   }
   return static_cast<int>(n);

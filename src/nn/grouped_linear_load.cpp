@@ -58,7 +58,7 @@ void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix
     const auto& experts = per_expert[base];
     if (stacked != nullptr && !experts.empty()) {
       plan.add_problem(ErrorCode::BothLayoutsPresent,
-                       "module \"" + module_name + "\": both \"" + stacked_key + "\" and " +
+                       "module " + quote(module_name) + ": both " + quote(stacked_key) + " and " +
                            std::to_string(experts.size()) + " per-expert \"" + prefix + base +
                            "{i}\" entries are present; expected one layout");
       plan.claim(stacked_key);
@@ -71,8 +71,8 @@ void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix
       want.insert(want.begin(), n);
       if (stacked->rank() == want.size() && stacked->dim(0) != n) {
         plan.add_problem(ErrorCode::ExpertCountMismatch,
-                         "\"" + stacked_key + "\": " + std::to_string(stacked->dim(0)) +
-                             " experts " + shape_to_string(stacked->shape()) + ", module has " +
+                         quote(stacked_key) + ": " + std::to_string(stacked->dim(0)) + " experts " +
+                             shape_to_string(stacked->shape()) + ", module has " +
                              std::to_string(n) + " " + shape_to_string(want));
         return;
       }
@@ -85,7 +85,7 @@ void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix
         return;
       }
       if (stacked->shape() != want) {  // reported once, not once per expert
-        plan.add_problem(ErrorCode::ShapeMismatch, "\"" + stacked_key + "\": shape " +
+        plan.add_problem(ErrorCode::ShapeMismatch, quote(stacked_key) + ": shape " +
                                                        shape_to_string(stacked->shape()) +
                                                        ", expected " + shape_to_string(want));
         return;
@@ -122,7 +122,7 @@ void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix
     }
     if (!extra.empty()) {
       plan.add_problem(ErrorCode::ExpertCountMismatch,
-                       "module \"" + module_name + "\": checkpoint has \"" + prefix + base +
+                       "module " + quote(module_name) + ": checkpoint has \"" + prefix + base +
                            std::to_string(extra.back()) + "\" but the module has " +
                            std::to_string(n) + " experts (" + base + "0.." + base +
                            std::to_string(n - 1) + ")");

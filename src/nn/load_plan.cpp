@@ -20,13 +20,13 @@ void LoadPlan::add_problem(ErrorCode code, std::string message) {
 
 bool LoadPlan::check_compatible(const std::string& key, const Tensor& src, const Tensor& dst) {
   if (src.shape() != dst.shape()) {
-    add_problem(ErrorCode::ShapeMismatch, "\"" + key + "\": shape " + shape_to_string(src.shape()) +
+    add_problem(ErrorCode::ShapeMismatch, quote(key) + ": shape " + shape_to_string(src.shape()) +
                                               ", expected " + shape_to_string(dst.shape()));
     return false;
   }
   if (src.dtype() != dst.dtype() && !(is_float(src.dtype()) && is_float(dst.dtype()))) {
     add_problem(ErrorCode::UnsupportedConversion,
-                "\"" + key + "\": dtype " + std::string(dtype_name(src.dtype())) +
+                quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) +
                     " cannot be converted to " + std::string(dtype_name(dst.dtype())));
     return false;
   }
@@ -73,9 +73,9 @@ LoadReport LoadPlan::execute(const StateDict& source) {
   std::vector<std::pair<ErrorCode, std::string>> all = problems_;
   if (options_.strict) {
     for (const auto& k : report_.missing)
-      all.emplace_back(ErrorCode::MissingKey, "missing key \"" + k + "\"");
+      all.emplace_back(ErrorCode::MissingKey, "missing key " + quote(k));
     for (const auto& k : report_.unexpected) {
-      all.emplace_back(ErrorCode::UnexpectedKey, "unexpected key \"" + k + "\"");
+      all.emplace_back(ErrorCode::UnexpectedKey, "unexpected key " + quote(k));
     }
   }
   if (!all.empty()) {

@@ -83,10 +83,41 @@ TEST(ErrorTest, EmptyMessageKeepsThePrefix) {
 }
 
 // Messages name inputs in double quotes, whatever the name holds.
-TEST(ErrorCodeTest, QuotedWrapsTheNameInDoubleQuotes) {
-  EXPECT_EQ(quoted("model.pt"), "\"model.pt\"");
-  EXPECT_EQ(quoted(""), "\"\"");
-  EXPECT_EQ(quoted(std::string_view("a\0b", 3)), std::string("\"a\0b\"", 5));
+TEST(ErrorCodeTest, QuoteWrapsTheNameInDoubleQuotes) {
+  EXPECT_EQ(quote("model.pt"), "\"model.pt\"");
+  EXPECT_EQ(quote(""), "\"\"");
+  EXPECT_EQ(quote("say \"hi\""), "\"say \\\"hi\\\"\"");
+  EXPECT_EQ(quote("a\\b"), "\"a\\\\b\"");
+}
+
+// Regression: names from files reached the terminal raw, so a tensor named with an escape
+// sequence could recolour, move the cursor or rewrite what `grouplin inspect` showed.
+TEST(ErrorCodeTest, EscapedNeutralisesTerminalControls) {
+  EXPECT_EQ(escaped("\x1b[2J\x1b]0;title\x07"), "\\x1b[2J\\x1b]0;title\\x07");
+  EXPECT_EQ(escaped(std::string_view("a\0b\r\n\t\x7f", 7)), "a\\x00b\\x0d\\x0a\\x09\\x7f");
+  // C1 controls (U+009B is CSI) and bidirectional overrides are valid UTF-8 but still hidden.
+  EXPECT_EQ(escaped("x\xc2\x9by"), "x\\u009by");
+  EXPECT_EQ(escaped("abc\xe2\x80\xae"
+                    "def"),
+            "abc\\u202edef");
+  EXPECT_EQ(escaped("\xe2\x81\xa6"), "\\u2066");
+  // Letters of any script stay readable.
+  EXPECT_EQ(escaped("na\xc3\xafve \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "na\xc3\xafve \xe2\x82\xac \xf0\x9f\x98\x80");
+  // Bytes that are not UTF-8: each shown as \xNN, the text after them kept.
+  EXPECT_EQ(escaped("\xff\xc3(\xed\xa0\x80!"), "\\xff\\xc3(\\xed\\xa0\\x80!");
+  EXPECT_EQ(escaped("\xe2\x82"), "\\xe2\\x82");  // truncated character
+  EXPECT_EQ(quote("\x1b[31mred"), "\"\\x1b[31mred\"");
+}
+
+TEST(ErrorCodeTest, QuoteCutsLongNamesOnACharacterBoundary) {
+  const std::string long_ascii(600, 'a');
+  EXPECT_EQ(quote(long_ascii), "\"" + std::string(512, 'a') + "\"... (600 bytes)");
+  // 511 ASCII bytes then a 2-byte character that would cross byte 512: cut before it.
+  const std::string mixed = std::string(511, 'b') + "\xc3\xaf" + std::string(10, 'c');
+  EXPECT_EQ(quote(mixed), "\"" + std::string(511, 'b') + "\"... (523 bytes)");
+  const std::string exact(512, 'd');
+  EXPECT_EQ(quote(exact), "\"" + exact + "\"");
 }
 
 }  // namespace

@@ -245,13 +245,14 @@ TEST_F(ConvertTest, CompareListsDifferences) {
   EXPECT_FALSE(r.same);
   EXPECT_EQ(r.differing, 3u);
   ASSERT_EQ(r.differences.size(), 3u);
-  EXPECT_NE(r.differences[0].find("model.layers.7.mlp.experts.weight0: 1 of 12 elements differ, "
-                                  "first at [1, 1]: "),
-            std::string::npos)
+  EXPECT_NE(
+      r.differences[0].find("\"model.layers.7.mlp.experts.weight0\": 1 of 12 elements differ, "
+                            "first at [1, 1]: "),
+      std::string::npos)
       << r.differences[0];
   EXPECT_NE(r.differences[0].find("vs 42"), std::string::npos) << r.differences[0];
-  EXPECT_EQ(r.differences[1], "step: only in A");
-  EXPECT_EQ(r.differences[2], "extra: only in B");
+  EXPECT_EQ(r.differences[1], "\"step\": only in A");
+  EXPECT_EQ(r.differences[2], "\"extra\": only in B");
   CompareOptions few;
   few.max_listed = 1;
   EXPECT_EQ(compare_checkpoints(path("a.pt"), path("b.safetensors"), few).differences.size(), 1u);

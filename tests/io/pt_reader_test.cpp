@@ -106,12 +106,12 @@ TEST(PtReader, RefusesCodeExecutionAndRunsNothing) {
   };
   const Case cases[] = {
       {"cposix\nsystem\n(S'" + touch + "'\ntR.", ErrorCode::ForbiddenGlobal,
-       "record \"archive/data.pkl\" offset 0: forbidden global posix.system"},
+       "record \"archive/data.pkl\" offset 0: forbidden global \"posix.system\""},
       {"\x80\x02" + G("os", "system") + U(touch) + "\x85R.", ErrorCode::ForbiddenGlobal,
-       "offset 2: forbidden global os.system"},
+       "offset 2: forbidden global \"os.system\""},
       {"\x80\x02" + G("builtins", "eval") + U("__import__('os').system('" + touch + "')") +
            "\x85R.",
-       ErrorCode::ForbiddenGlobal, "forbidden global builtins.eval"},
+       ErrorCode::ForbiddenGlobal, "forbidden global \"builtins.eval\""},
       {"\x80\x02" + U("os") + U("system") + "\x93" + U(touch) + "\x85R.",
        ErrorCode::ForbiddenOpcode, "offset 20: forbidden opcode STACK_GLOBAL"},
       {"\x80\x02(" + U(touch) + "ios\nsystem\n.", ErrorCode::ForbiddenOpcode,
@@ -138,7 +138,7 @@ TEST(PtReader, RefusesCodeExecutionAndRunsNothing) {
     EXPECT_EQ(e.code(), ErrorCode::ForbiddenGlobal);
     EXPECT_EQ(e.message(),
               "loading \"" + file.string() +
-                  "\": record \"archive/data.pkl\" offset 0: forbidden global posix.system");
+                  "\": record \"archive/data.pkl\" offset 0: forbidden global \"posix.system\"");
   }
   EXPECT_FALSE(fs::exists(canary));
   fs::remove_all(dir);

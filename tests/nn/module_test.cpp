@@ -96,7 +96,7 @@ TEST(ModuleParameter, DottedLookup) {
         "decoder.layers.3.mlp.fc1.", "", "weight0", "decoder..layers.3.mlp.fc1.weight0"}) {
     const Error e = testing::expect_error([&] { t.root->parameter(bad); });
     EXPECT_EQ(e.code(), ErrorCode::MissingKey) << bad;
-    EXPECT_NE(e.message().find(quoted(bad)), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find(quote(bad)), std::string::npos) << e.what();
   }
 }
 

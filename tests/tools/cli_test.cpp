@@ -267,7 +267,7 @@ TEST_F(CliTest, VerifyExitCodes) {
   save_safetensors(path("b.safetensors"), b);
   r = run({"verify", path("a_single.pt"), path("b.safetensors")});
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_NE(r.out.find("model.layers.3.mlp.experts.weight1: 1 of 15 elements differ, first at "
+  EXPECT_NE(r.out.find("\"model.layers.3.mlp.experts.weight1\": 1 of 15 elements differ, first at "
                        "[1, 1]"),
             std::string::npos)
       << r.out;
@@ -277,7 +277,7 @@ TEST_F(CliTest, VerifyExitCodes) {
   save_safetensors(path("c.safetensors"), c);
   r = run({"verify", path("a.safetensors"), path("c.safetensors")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("step: only in A"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"step\": only in A"), std::string::npos) << r.out;
 
   r = run({"verify", path("a.safetensors"), path("nothing.pt")});
   EXPECT_EQ(r.code, 2);
@@ -340,6 +340,57 @@ TEST_F(CliTest, InspectTextAndJson) {
   ASSERT_EQ(bad["problems"].size(), 1u);
   EXPECT_EQ(bad["problems"][0]["code"], "PartialExpertSet");
   EXPECT_EQ(bad["grouped_modules"].size(), 1u);
+}
+
+// Regression: names from a file reached the terminal raw. A tensor or module named with escape
+// sequences could clear the screen, retitle the window or hide text in `inspect`, `verify` and
+// error messages; every listing and message now shows them escaped.
+TEST_F(CliTest, NamesFromTheFileArePrintedEscaped) {
+  const std::string evil = "x\x1b[2J\x1b]0;owned\x07";
+  StateDict d =
+      moe_state_dict({{evil + ".experts.", 2, 3, 4, true, DType::F32}}, ExpertLayout::PerExpert);
+  d.insert("note\x1b[31m\xe2\x80\xae", Tensor::zeros({1}, DType::I8));
+  save_safetensors(path("e.safetensors"), d, {{"k\x1b[1m", "v\xc2\x9b\x07"}});
+  save_pt(path("e.pt"), d);
+  auto no_raw_controls = [](const std::string& text) {
+    for (char c : text) {
+      if (c == '\x1b' || c == '\x07' || c == '\x9b') return false;
+    }
+    return text.find("\xe2\x80\xae") == std::string::npos;
+  };
+  for (const char* file : {"e.safetensors", "e.pt"}) {
+    CliRun r = run({"inspect", path(file)});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(no_raw_controls(r.out)) << r.out;
+    EXPECT_NE(r.out.find("x\\x1b[2J\\x1b]0;owned\\x07.experts.weight0"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("note\\x1b[31m\\u202e"), std::string::npos) << r.out;
+
+    r = run({"inspect", path(file), "--json"});  // JSON escapes controls itself; names exact
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(no_raw_controls(r.out));
+    const nlohmann::json doc = nlohmann::json::parse(r.out);
+    EXPECT_EQ(doc["grouped_modules"][0]["prefix"], evil + ".experts.");
+  }
+  CliRun r = run({"inspect", path("e.safetensors")});
+  EXPECT_NE(r.out.find("k\\x1b[1m = v\\u009b\\x07"), std::string::npos) << r.out;
+
+  // verify lists differing names, and convert's error messages name entries: both escaped.
+  StateDict other = d;
+  other.erase("note\x1b[31m\xe2\x80\xae");
+  save_safetensors(path("f.safetensors"), other);
+  r = run({"verify", path("e.pt"), path("f.safetensors")});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(no_raw_controls(r.out)) << r.out;
+  EXPECT_NE(r.out.find("\"note\\x1b[31m\\u202e\": only in A"), std::string::npos) << r.out;
+
+  StateDict partial = d;
+  partial.erase(evil + ".experts.bias1");
+  save_safetensors(path("p.safetensors"), partial);
+  r = run({"convert", path("p.safetensors"), path("out.safetensors"), "--layout", "single"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(no_raw_controls(r.err)) << r.err;
+  EXPECT_NE(r.err.find("\\x1b[2J"), std::string::npos) << r.err;
 }
 
 // The .pt files convert writes (records copied inside the kernel, CRC-32 computed on a second

@@ -460,8 +460,7 @@ void run_bench(BenchConfig c) {
   }
   if (!c.plot_data.empty()) {
     FILE* f = std::fopen(c.plot_data.c_str(), "w");
-    if (f == nullptr)
-      throw Error(ErrorCode::IoError, "bench: cannot write \"" + c.plot_data + "\"");
+    if (f == nullptr) throw Error(ErrorCode::IoError, "bench: cannot write " + quote(c.plot_data));
     std::fprintf(f,
                  "# shape rows routing op rows_per_expert dense loop_f32 grouplin_f32 loop_bf16 "
                  "grouplin_bf16 (GF/s)\n");

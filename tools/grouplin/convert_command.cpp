@@ -76,10 +76,11 @@ void run_convert(const ConvertConfig& c) {
   std::printf(
       "%s (%s) -> %s (%s, %s): %zu grouped module(s), %zu converted to %s; "
       "%zu -> %zu tensors; %s in %.2f s (%s/s)\n",
-      c.in.c_str(), std::string(format_name(r.input_format)).c_str(), c.out.c_str(),
-      std::string(format_name(r.output_format)).c_str(), format_bytes(r.file_bytes).c_str(),
-      r.modules.size(), converted, std::string(expert_layout_name(o.layout)).c_str(),
-      r.input_tensors, r.output_tensors, format_bytes(r.data_bytes).c_str(), seconds,
+      escaped(c.in).c_str(), std::string(format_name(r.input_format)).c_str(),
+      escaped(c.out).c_str(), std::string(format_name(r.output_format)).c_str(),
+      format_bytes(r.file_bytes).c_str(), r.modules.size(), converted,
+      std::string(expert_layout_name(o.layout)).c_str(), r.input_tensors, r.output_tensors,
+      format_bytes(r.data_bytes).c_str(), seconds,
       format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0).c_str());
 }
 

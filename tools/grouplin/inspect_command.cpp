@@ -4,6 +4,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "grouplin/commands.hpp"
 #include "grouplin/grouplin.hpp"
@@ -80,23 +81,36 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
                    {"grouped_modules", s.scan.modules.size()},
                    {"experts", t.experts},
                    {"grouped_bytes", t.grouped_bytes}};
-  std::cout << doc.dump(2) << "\n";
+  // Pure ASCII (every other character as \uXXXX), so that no name can carry a control or a
+  // direction override to a terminal; bytes that are not UTF-8 (a .pt name may hold a lone
+  // surrogate, a path any byte) become U+FFFD rather than an invalid document.
+  std::cout << doc.dump(2, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace)
+            << "\n";
 }
 
 void print_text(const InspectConfig& c, const CheckpointSummary& s) {
-  std::printf("%s: %s, %s (%llu bytes)\n", c.file.c_str(),
+  std::printf("%s: %s, %s (%llu bytes)\n", escaped(c.file).c_str(),
               std::string(format_name(s.format)).c_str(), format_bytes(s.file_bytes).c_str(),
               static_cast<unsigned long long>(s.file_bytes));
   if (!s.metadata.empty()) {
     std::printf("metadata:\n");
-    for (const auto& [k, v] : s.metadata) std::printf("  %s = %s\n", k.c_str(), v.c_str());
+    for (const auto& [k, v] : s.metadata) {
+      std::printf("  %s = %s\n", escaped(k).c_str(), escaped(v).c_str());
+    }
   }
+  // Names come from the file: printed escaped, never as raw bytes (escape sequences, bidi).
+  std::vector<std::string> names;
+  names.reserve(s.tensors.size());
   size_t width = 4;
-  for (const auto& [name, t] : s.tensors) width = std::max(width, name.size());
+  for (const auto& [name, t] : s.tensors) {
+    names.push_back(escaped(name));
+    width = std::max(width, names.back().size());
+  }
   std::printf("tensors:\n  %-*s  %-7s  %-20s  %s\n", static_cast<int>(width), "name", "dtype",
               "shape", "bytes");
+  size_t row = 0;
   for (const auto& [name, t] : s.tensors) {
-    std::printf("  %-*s  %-7s  %-20s  %llu\n", static_cast<int>(width), name.c_str(),
+    std::printf("  %-*s  %-7s  %-20s  %llu\n", static_cast<int>(width), names[row++].c_str(),
                 std::string(dtype_name(t.dtype())).c_str(), shape_to_string(t.shape()).c_str(),
                 static_cast<unsigned long long>(t.nbytes()));
   }
@@ -104,11 +118,11 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
     std::printf("grouped modules: none\n");
   } else {
     size_t pw = 6;
-    for (const GroupedModule& m : s.scan.modules) pw = std::max(pw, m.prefix.size() + 2);
+    for (const GroupedModule& m : s.scan.modules) pw = std::max(pw, quote(m.prefix).size());
     std::printf("grouped modules:\n  %-*s  %-10s  %6s  %6s  %6s  %-5s  %s\n", static_cast<int>(pw),
                 "prefix", "layout", "N", "out", "in", "bias", "dtype");
     for (const GroupedModule& m : s.scan.modules) {
-      std::string prefix = "\"" + m.prefix + "\"";
+      std::string prefix = quote(m.prefix);
       std::string dtype(dtype_name(m.dtype));
       if (m.bias && m.bias_dtype != m.dtype)
         dtype += " (bias " + std::string(dtype_name(m.bias_dtype)) + ")";
@@ -137,7 +151,7 @@ void run_inspect(const InspectConfig& c) {
     print_text(c, s);
   }
   if (!s.scan.problems.empty()) {
-    std::cerr << "grouplin: \"" << c.file << "\": " << s.scan.problems.size()
+    std::cerr << "grouplin: " << quote(c.file) << ": " << s.scan.problems.size()
               << " inconsistent grouped module(s); the first: " << s.scan.problems.front().what()
               << "\n";
     g_exit_code = 2;

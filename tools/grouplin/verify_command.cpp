@@ -32,8 +32,9 @@ void run_verify(const VerifyConfig& c) {
   CompareOptions o;
   o.max_listed = c.max_listed;
   const CompareReport r = compare_checkpoints(c.a, c.b, o);
-  std::printf("A: %s: %s\nB: %s: %s\n", c.a.c_str(), describe(r.format_a, r.modules_a).c_str(),
-              c.b.c_str(), describe(r.format_b, r.modules_b).c_str());
+  std::printf("A: %s: %s\nB: %s: %s\n", escaped(c.a).c_str(),
+              describe(r.format_a, r.modules_a).c_str(), escaped(c.b).c_str(),
+              describe(r.format_b, r.modules_b).c_str());
   if (r.same) {
     std::printf("same: %zu tensors, %s of values, bit for bit\n", r.tensors_compared,
                 format_bytes(r.bytes_compared).c_str());
