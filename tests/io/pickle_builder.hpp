@@ -27,13 +27,28 @@ inline std::string U(std::string_view s) {
 }
 // GLOBAL module.name.
 inline std::string G(std::string_view module, std::string_view name) {
-  return "c" + std::string(module) + "\n" + std::string(name) + "\n";
+  std::string out = "c";  // appends: GCC 12 warns (-Wrestrict) falsely on "c" + std::string
+  out += module;
+  out += '\n';
+  out += name;
+  out += '\n';
+  return out;
 }
 // The smallest integer opcode for v.
 inline std::string I(int64_t v) {
-  if (v >= 0 && v < 256) return "K" + le(static_cast<uint64_t>(v), 1);
-  if (v >= 0 && v < 65536) return "M" + le(static_cast<uint64_t>(v), 2);
-  return "\x8a\x08" + le(static_cast<uint64_t>(v), 8);
+  // Appends: GCC 12 warns (-Wrestrict) falsely on "K" + std::string.
+  std::string out;
+  if (v >= 0 && v < 256) {
+    out = "K";
+    out += le(static_cast<uint64_t>(v), 1);
+  } else if (v >= 0 && v < 65536) {
+    out = "M";
+    out += le(static_cast<uint64_t>(v), 2);
+  } else {
+    out = "\x8a\x08";
+    out += le(static_cast<uint64_t>(v), 8);
+  }
+  return out;
 }
 // A tuple of integers.
 inline std::string T(const std::vector<int64_t>& v) {

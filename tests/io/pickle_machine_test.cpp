@@ -3,10 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "grouplin/error.hpp"
+#include "io/amplifying_pickles.hpp"
 #include "io/pickle_builder.hpp"
 
 // GCC 12 warns about members left out of designated initializers even when they have default
@@ -375,6 +377,44 @@ TEST(PickleMachine, Integers) {
   expect_error(state_dict({{"w", neg}}), ErrorCode::InvalidPickle,
                "storage_offset is negative (-1)");
   expect_error("\x80\x09.", ErrorCode::InvalidPickle, "unknown pickle protocol 9");
+}
+
+// Regression: a 136 KB .pt whose 64 KiB dict key, memoized once, was reused by thousands of
+// small dicts made the machine hold 650 MB before refusing the file: every key was copied into a
+// per-dict set. Values are shared now (a string is a view of the pickle), and everything the
+// machine holds is charged to one budget of memory_base + memory_per_byte x the pickle's size.
+TEST(PickleMachine, AmplifyingPicklesAreRefusedWithinTheMemoryBudget) {
+  // The reported file is refused for what it holds (a list, not a state dict): at 136 KB it is
+  // far inside the budget now that its key is held once.
+  expect_error(shared_key_dicts(136 << 10), ErrorCode::InvalidPickle, "the pickle holds a list");
+  // At 4 MiB, those that ask for more than memory_per_byte (16) bytes per byte of pickle pass
+  // the budget of 16 MiB + 64 MiB, and are refused the moment they do. The others are held
+  // within it and refused for what they hold.
+  for (const Amplifier& a : kAmplifiers) {
+    const std::string p = a.make(4 << 20);
+    const std::string name = a.name;
+    SCOPED_TRACE(name);
+    if (name == "shared_key_dicts" || name == "rebuilt_tensors" || name == "aliased_entries") {
+      expect_error(p, ErrorCode::PickleLimitExceeded,
+                   "bytes (memory_base + memory_per_byte x " + std::to_string(p.size()) +
+                       " bytes of pickle) (limit " + std::to_string((16 << 20) + 16 * p.size()) +
+                       ")");
+    } else {
+      expect_error(p, ErrorCode::InvalidPickle, "the pickle holds a");
+    }
+  }
+}
+
+TEST(PickleMachine, MemoryBudgetCountsEveryValue) {
+  PickleLimits tight;
+  tight.memory_base = 4096;
+  tight.memory_per_byte = 0;
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (int i = 0; i < 40; ++i)
+    entries.push_back({std::string("w") += std::to_string(i), tensor({})});
+  expect_error(state_dict(entries), ErrorCode::PickleLimitExceeded, "past 4096 bytes", tight);
+  tight.memory_per_byte = 8;  // the default ratio is enough for what torch.save writes
+  EXPECT_EQ(run(state_dict(entries), tight).tensors.size(), 40u);
 }
 
 }  // namespace

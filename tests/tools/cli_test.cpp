@@ -20,6 +20,7 @@
 #include "grouplin/safetensors.hpp"
 #include "io/moe_checkpoint.hpp"
 #include "temp_dir_test.hpp"
+#include "tools/cli_runner.hpp"
 
 namespace grouplin {
 namespace {
@@ -33,49 +34,14 @@ const std::vector<MoeModuleSpec> kModules = {
     {"model.layers.7.mlp.experts.", 1, 2, 6, false, DType::F32},  // N = 1, no bias
 };
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-  long max_rss_kib = 0;  // peak resident set of the child (getrusage)
-};
-
 using test_files::read_all;
 
 class CliTest : public test_files::TempDirTest {
  protected:
   CliTest() : TempDirTest("grouplin_cli") {}
 
-  // Runs the CLI with `args`; stdout and stderr go to files (not a terminal: no progress bar).
-  CliRun run(const std::vector<std::string>& args) const {
-    const std::string out = path(".stdout"), err = path(".stderr");
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv;
-      static std::string cli = GROUPLIN_CLI;
-      argv.push_back(cli.data());
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(cli.c_str(), argv.data());
-      ::_exit(127);
-    }
-    CliRun r;
-    int status = 0;
-    struct rusage usage = {};
-    ::wait4(pid, &status, 0, &usage);
-    EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.max_rss_kib = usage.ru_maxrss;
-    r.out = read_all(out);
-    r.err = read_all(err);
-    fs::remove(out);
-    fs::remove(err);
-    return r;
-  }
+  // Runs the CLI with `args` (see tools/cli_runner.hpp).
+  CliRun run(const std::vector<std::string>& args) const { return run_cli(dir_, args); }
 
   // The files in the test folder (the CLI's temporary files would show here).
   std::vector<std::string> files() const {

@@ -1,0 +1,367 @@
+// The torch reconstructors of the pickle machine (see io/pickle_torch.hpp).
+#include "io/pickle_torch.hpp"
+
+#include <cstdint>
+
+#include "grouplin/error.hpp"
+
+namespace grouplin::pickle {
+namespace {
+
+// What an allowed global stands for.
+// clang-format off
+enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag };
+// clang-format on
+
+struct AllowedGlobal {
+  std::string_view name;
+  GlobalKind kind;
+  DType dtype = DType::U8;
+  bool untyped = false;
+};
+
+constexpr AllowedGlobal kAllowedGlobals[] = {
+    {"collections.OrderedDict", GlobalKind::OrderedDict},
+    {"torch._utils._rebuild_tensor_v2", GlobalKind::RebuildTensorV2},
+    {"torch._utils._rebuild_tensor_v3", GlobalKind::RebuildTensorV3},
+    {"torch._utils._rebuild_parameter", GlobalKind::RebuildParameter},
+    {"torch.FloatStorage", GlobalKind::StorageType, DType::F32},
+    {"torch.DoubleStorage", GlobalKind::StorageType, DType::F64},
+    {"torch.HalfStorage", GlobalKind::StorageType, DType::F16},
+    {"torch.BFloat16Storage", GlobalKind::StorageType, DType::BF16},
+    {"torch.LongStorage", GlobalKind::StorageType, DType::I64},
+    {"torch.IntStorage", GlobalKind::StorageType, DType::I32},
+    {"torch.ShortStorage", GlobalKind::StorageType, DType::I16},
+    {"torch.CharStorage", GlobalKind::StorageType, DType::I8},
+    {"torch.ByteStorage", GlobalKind::StorageType, DType::U8},
+    {"torch.BoolStorage", GlobalKind::StorageType, DType::BOOL},
+    {"torch.UntypedStorage", GlobalKind::StorageType, DType::U8, true},
+    {"torch.float32", GlobalKind::DTypeTag, DType::F32},
+    {"torch.float64", GlobalKind::DTypeTag, DType::F64},
+    {"torch.float16", GlobalKind::DTypeTag, DType::F16},
+    {"torch.bfloat16", GlobalKind::DTypeTag, DType::BF16},
+    {"torch.float8_e4m3fn", GlobalKind::DTypeTag, DType::F8_E4M3},
+    {"torch.float8_e5m2", GlobalKind::DTypeTag, DType::F8_E5M2},
+    {"torch.int64", GlobalKind::DTypeTag, DType::I64},
+    {"torch.int32", GlobalKind::DTypeTag, DType::I32},
+    {"torch.int16", GlobalKind::DTypeTag, DType::I16},
+    {"torch.int8", GlobalKind::DTypeTag, DType::I8},
+    {"torch.uint8", GlobalKind::DTypeTag, DType::U8},
+    {"torch.uint16", GlobalKind::DTypeTag, DType::U16},
+    {"torch.uint32", GlobalKind::DTypeTag, DType::U32},
+    {"torch.uint64", GlobalKind::DTypeTag, DType::U64},
+    {"torch.bool", GlobalKind::DTypeTag, DType::BOOL},
+};
+
+// Harmless torch element types with no GroupLin dtype: refused with UnsupportedDType.
+// clang-format off
+constexpr std::string_view kUnsupportedTypes[] = {
+    "torch.ComplexFloatStorage", "torch.ComplexDoubleStorage", "torch.QInt8Storage",
+    "torch.QUInt8Storage", "torch.QInt32Storage", "torch.QUInt4x2Storage", "torch.QUInt2x4Storage",
+    "torch.complex32", "torch.complex64", "torch.complex128", "torch.float8_e4m3fnuz",
+    "torch.float8_e5m2fnuz", "torch.float8_e8m0fnu", "torch.float4_e2m1fn_x2", "torch.bits8",
+    "torch.bits16", "torch.bits1x8", "torch.bits2x4", "torch.bits4x2", "torch.qint8",
+    "torch.quint8", "torch.qint32", "torch.quint4x2", "torch.quint2x4",
+};
+// clang-format on
+
+const AllowedGlobal& allowed(const Values& v, Ref r) {
+  return kAllowedGlobals[static_cast<size_t>(v.get(r).number)];
+}
+
+bool is_global(const Values& v, Ref r, GlobalKind kind) {
+  return v.get(r).kind == Kind::Global && allowed(v, r).kind == kind;
+}
+
+// What one entry of storage_index_ costs besides its key: node and bucket (see Values::charge).
+constexpr size_t kHashEntryBytes = 48;
+
+// Heap bytes of a TensorRef's vectors.
+size_t vector_bytes(const TensorRef& t) {
+  return (t.shape.capacity() + t.stride.capacity()) * sizeof(int64_t);
+}
+
+}  // namespace
+
+TorchBuilder::TorchBuilder(Values& values, const Cursor& cursor, const PickleLimits& limits)
+    : values_(values), cursor_(cursor), limits_(limits) {}
+
+Ref TorchBuilder::global(std::string_view module, std::string_view name) {
+  std::string full(module);
+  full += '.';
+  full += name;
+  for (size_t i = 0; i < std::size(kAllowedGlobals); ++i) {
+    if (kAllowedGlobals[i].name == full) {
+      Ref r = values_.make(Kind::Global);
+      values_.get(r).number = static_cast<int64_t>(i);
+      return r;
+    }
+  }
+  for (std::string_view u : kUnsupportedTypes) {
+    if (u == full) {
+      cursor_.fail(ErrorCode::UnsupportedDType,
+                   "global " + full + ": GroupLin has no such element type");
+    }
+  }
+  cursor_.fail(ErrorCode::ForbiddenGlobal, "forbidden global " + quote(full));
+}
+
+int64_t TorchBuilder::expect_int(Ref ref, const std::string& what) const {
+  const Value& o = values_.get(ref);
+  if (o.kind != Kind::Int)
+    cursor_.invalid(what + " is a " + kind_name(o.kind) + ", expected an int");
+  if (o.number < 0) cursor_.invalid(what + " is negative (" + std::to_string(o.number) + ")");
+  return o.number;
+}
+
+std::vector<int64_t> TorchBuilder::expect_int_tuple(Ref ref, const std::string& what) const {
+  const Value& o = values_.get(ref);
+  if (o.kind != Kind::Tuple) {
+    cursor_.invalid(what + " is a " + kind_name(o.kind) + ", expected a tuple");
+  }
+  std::span<const Ref> items = values_.items(ref);
+  if (items.size() > limits_.max_rank) {
+    cursor_.over(what + " has " + std::to_string(items.size()) + " dimensions", limits_.max_rank);
+  }
+  std::vector<int64_t> out;
+  out.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    out.push_back(expect_int(items[i], what + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+Ref TorchBuilder::persistent_id(Ref pid) {
+  const Value& t = values_.get(pid);
+  std::span<const Ref> id = t.kind == Kind::Tuple ? values_.items(pid) : std::span<const Ref>();
+  if (id.size() != 5 || values_.get(id[0]).kind != Kind::String ||
+      values_.text(id[0]) != "storage") {
+    cursor_.invalid("persistent id is not ('storage', type, key, location, numel)");
+  }
+  const Ref type = id[1], key = id[2], location = id[3];
+  if (!is_global(values_, type, GlobalKind::StorageType)) {
+    const Value& v = values_.get(type);
+    std::string what = "persistent id names a ";  // by appends: GCC 12 warns falsely on operator+
+    what += kind_name(v.kind);
+    if (v.kind == Kind::Global) {
+      what += ' ';
+      what += allowed(values_, type).name;
+    }
+    cursor_.invalid(what + ", expected a torch storage type");
+  }
+  const AllowedGlobal& storage_type = allowed(values_, type);
+  const bool key_is_string = values_.get(key).kind == Kind::String;
+  const std::string key_text(key_is_string ? values_.text(key) : std::string_view());
+  bool key_ok = key_is_string && !key_text.empty() && key_text.size() <= 64;
+  for (char c : key_text) {
+    key_ok = key_ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                        (c >= 'A' && c <= 'Z') || c == '_');
+  }
+  if (!key_ok) {
+    cursor_.invalid("storage key " + quote(key_text) + " is not 1-64 letters, digits or '_'");
+  }
+  if (values_.get(location).kind != Kind::String) cursor_.invalid("storage location is not a str");
+  const int64_t numel = expect_int(id[4], "storage \"" + key_text + "\" numel");
+  if (static_cast<uint64_t>(numel) > SIZE_MAX / dtype_size(storage_type.dtype)) {
+    cursor_.fail(ErrorCode::SizeOverflow, "storage \"" + key_text + "\" of " +
+                                              std::to_string(numel) +
+                                              " elements does not fit in memory");
+  }
+  const std::string type_name(storage_type.name);
+  size_t index;
+  auto it = storage_index_.find(key_text);
+  if (it == storage_index_.end()) {
+    index = storages_.size();
+    const std::string location_text(values_.text(location));
+    values_.grow(storages_, "storages");
+    values_.charge(kHashEntryBytes + 2 * key_text.size() + type_name.size() + location_text.size(),
+                   "storages");
+    storages_.push_back(
+        {key_text, type_name, storage_type.dtype, storage_type.untyped, numel, location_text});
+    storage_index_.emplace(key_text, index);
+  } else {
+    index = it->second;
+    const StorageRef& s = storages_[index];
+    if (s.type != type_name || s.numel != numel) {
+      cursor_.invalid("storage \"" + key_text + "\" declared as " + s.type + " of " +
+                      std::to_string(s.numel) + " and as " + type_name + " of " +
+                      std::to_string(numel));
+    }
+  }
+  Ref ref = values_.make(Kind::Storage);
+  values_.get(ref).number = static_cast<int64_t>(index);
+  return ref;
+}
+
+Ref TorchBuilder::rebuild_tensor(std::span<const Ref> args, bool v3) {
+  const std::string fn = v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2";
+  const size_t base = v3 ? 7 : 6;
+  if (args.size() != base && args.size() != base + 1) {
+    cursor_.invalid(fn + " called with " + std::to_string(args.size()) + " arguments, expected " +
+                    std::to_string(base) + " or " + std::to_string(base + 1));
+  }
+  const Value& st = values_.get(args[0]);
+  if (st.kind != Kind::Storage)
+    cursor_.invalid(fn + ": storage argument is a " + kind_name(st.kind));
+  const auto storage_index = static_cast<size_t>(st.number);
+  const StorageRef& s = storages_[storage_index];
+  TensorRef t;
+  t.storage = storage_index;
+  t.dtype = s.dtype;
+  t.storage_offset = expect_int(args[1], fn + ": storage_offset");
+  t.shape = expect_int_tuple(args[2], fn + ": size");
+  t.stride = expect_int_tuple(args[3], fn + ": stride");
+  if (t.stride.size() != t.shape.size()) {
+    cursor_.invalid(fn + ": size " + shape_to_string(t.shape) + " and stride " +
+                    shape_to_string(t.stride) + " differ in rank");
+  }
+  if (values_.get(args[4]).kind != Kind::Bool)
+    cursor_.invalid(fn + ": requires_grad is not a bool");
+  if (values_.get(args[5]).kind != Kind::Dict)
+    cursor_.invalid(fn + ": backward_hooks is not a dict");
+  if (v3) {
+    if (!is_global(values_, args[6], GlobalKind::DTypeTag)) {
+      cursor_.invalid(fn + ": dtype argument is a " + kind_name(values_.get(args[6]).kind));
+    }
+    const AllowedGlobal& d = allowed(values_, args[6]);
+    if (!s.untyped && s.dtype != d.dtype) {
+      cursor_.invalid(fn + ": dtype " + std::string(d.name) + " on a " + s.type);
+    }
+    t.dtype = d.dtype;
+  }
+  if (args.size() == base + 1) {
+    Kind k = values_.get(args[base]).kind;
+    if (k != Kind::None && k != Kind::Dict) cursor_.invalid(fn + ": metadata is a " + kind_name(k));
+  }
+
+  // The elements must lie inside the storage: offset + sum((size_i - 1) * stride_i) < capacity.
+  const auto esize = static_cast<int64_t>(dtype_size(t.dtype));
+  const int64_t capacity = static_cast<int64_t>(s.nbytes()) / esize;
+  const std::string what = std::string(dtype_name(t.dtype)) + " tensor of size " +
+                           shape_to_string(t.shape) + ", stride " + shape_to_string(t.stride) +
+                           ", offset " + std::to_string(t.storage_offset);
+  bool empty = false;
+  int64_t last = t.storage_offset;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.shape[d] == 0) empty = true;
+    int64_t reach;
+    if (t.shape[d] > 0 && (__builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &reach) ||
+                           __builtin_add_overflow(last, reach, &last))) {
+      cursor_.fail(ErrorCode::SizeOverflow, what + " overflows 64-bit indexing");
+    }
+  }
+  int64_t numel = 1;
+  for (int64_t d : t.shape) {
+    if (__builtin_mul_overflow(numel, d, &numel)) {
+      cursor_.fail(ErrorCode::SizeOverflow, what + " has more than 2^63 elements");
+    }
+  }
+  if (empty ? t.storage_offset > capacity : last >= capacity) {
+    cursor_.fail(ErrorCode::StorageTooSmall,
+                 what + " reaches element " + std::to_string(empty ? t.storage_offset : last) +
+                     " of storage \"" + s.key + "\" (" + s.type + ") that holds " +
+                     std::to_string(capacity) + " elements of " + std::string(dtype_name(t.dtype)));
+  }
+  values_.grow(tensors_, "tensors");
+  values_.charge(vector_bytes(t), "tensors");
+  tensors_.push_back(std::move(t));
+  Ref ref = values_.make(Kind::Tensor);
+  values_.get(ref).number = static_cast<int64_t>(tensors_.size() - 1);
+  return ref;
+}
+
+Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
+  const Value& fn = values_.get(fn_ref);
+  const Value& args = values_.get(args_ref);
+  if (fn.kind != Kind::Global) cursor_.invalid("REDUCE calls a " + std::string(kind_name(fn.kind)));
+  if (args.kind != Kind::Tuple) {
+    cursor_.invalid("REDUCE arguments are a " + std::string(kind_name(args.kind)));
+  }
+  const AllowedGlobal& g = allowed(values_, fn_ref);
+  // No allowed call takes more than 8 arguments; refusing longer tuples before copying keeps a
+  // pickle that REDUCEs one huge memoized tuple again and again from costing quadratic time.
+  std::span<const Ref> a = values_.items(args_ref);
+  if (a.size() > 8) {
+    cursor_.invalid(std::string(g.name) + " called with " + std::to_string(a.size()) +
+                    " arguments");
+  }
+  const std::vector<Ref> copy(a.begin(), a.end());  // items() may move as values are made
+  switch (g.kind) {
+    case GlobalKind::OrderedDict: {
+      if (!copy.empty()) {
+        cursor_.invalid("collections.OrderedDict called with " + std::to_string(copy.size()) +
+                        " arguments; only OrderedDict() is accepted");
+      }
+      Ref d = values_.make_container(Kind::Dict, {});
+      values_.get(d).ordered = true;
+      return d;
+    }
+    case GlobalKind::RebuildTensorV2:
+      return rebuild_tensor(copy, false);
+    case GlobalKind::RebuildTensorV3:
+      return rebuild_tensor(copy, true);
+    case GlobalKind::RebuildParameter:
+      if (copy.size() != 3 || values_.get(copy[0]).kind != Kind::Tensor ||
+          values_.get(copy[1]).kind != Kind::Bool) {
+        cursor_.invalid("_rebuild_parameter expects (tensor, requires_grad, hooks)");
+      }
+      return copy[0];
+    case GlobalKind::StorageType:
+    case GlobalKind::DTypeTag:
+      break;
+  }
+  cursor_.invalid("calling " + std::string(g.name) + " is not supported");
+}
+
+Ref TorchBuilder::new_object(Ref cls, Ref args) {
+  if (!is_global(values_, cls, GlobalKind::OrderedDict) || values_.get(args).kind != Kind::Tuple ||
+      !values_.items(args).empty()) {
+    cursor_.invalid("NEWOBJ is only accepted as OrderedDict.__new__(OrderedDict)");
+  }
+  Ref d = values_.make_container(Kind::Dict, {});
+  values_.get(d).ordered = true;
+  return d;
+}
+
+void TorchBuilder::build(Ref instance, Ref state) {
+  const Value& inst = values_.get(instance);
+  if (inst.kind != Kind::Dict || !inst.ordered) {
+    cursor_.invalid("BUILD on a " + std::string(kind_name(inst.kind)) +
+                    "; only an OrderedDict's attributes can be set");
+  }
+  if (values_.get(state).kind != Kind::Dict) {
+    cursor_.invalid("BUILD state is a " + std::string(kind_name(values_.get(state).kind)) +
+                    ", expected a dict");
+  }
+}
+
+PickledStateDict TorchBuilder::finish(Ref result) {
+  const Value& d = values_.get(result);
+  if (d.kind != Kind::Dict) {
+    cursor_.invalid("the pickle holds a " + std::string(kind_name(d.kind)) +
+                    ", expected a dict of name -> tensor (a state dict)");
+  }
+  PickledStateDict out;
+  out.storages = std::move(storages_);  // the last use of the builder
+  std::span<const Ref> items = values_.items(result);
+  for (size_t i = 0; i < items.size(); i += 2) {
+    const Value& k = values_.get(items[i]);
+    const Value& v = values_.get(items[i + 1]);
+    if (k.kind != Kind::String) {
+      cursor_.invalid("state dict key is a " + std::string(kind_name(k.kind)));
+    }
+    if (v.kind != Kind::Tensor) {
+      cursor_.invalid("state dict entry " + quote(values_.text(items[i])) + " is a " +
+                      kind_name(v.kind) +
+                      ", not a tensor; only flat name -> tensor dicts are read");
+    }
+    // One tensor may be listed under many names: each copy of it counts.
+    const TensorRef& t = tensors_[static_cast<size_t>(v.number)];
+    values_.grow(out.tensors, "the state dict");
+    values_.charge(k.aux + vector_bytes(t), "the state dict");
+    out.tensors.emplace_back(std::string(values_.text(items[i])), t);
+  }
+  return out;
+}
+
+}  // namespace grouplin::pickle

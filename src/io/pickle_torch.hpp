@@ -1,0 +1,55 @@
+// Private: the torch side of the restricted pickle machine. The few globals a state-dict pickle
+// may name, and what calling them builds, done here in C++: nothing is imported or called.
+//
+//   TorchBuilder torch(values, cursor, limits);
+//   Ref fn = torch.global("torch._utils", "_rebuild_tensor_v2");   // a tag, not a function
+//   Ref tensor = torch.reduce(fn, args);                           // a TensorRef, checked
+//   PickledStateDict result = torch.finish(top_level_dict);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "io/pickle_machine.hpp"
+#include "io/pickle_opcodes.hpp"
+#include "io/pickle_values.hpp"
+
+namespace grouplin::pickle {
+
+class TorchBuilder {
+ public:
+  // `values`, `cursor` and `limits` must outlive the builder.
+  TorchBuilder(Values& values, const Cursor& cursor, const PickleLimits& limits);
+
+  // GLOBAL module.name: a Global value when the name is allowed; UnsupportedDType for harmless
+  // torch element types GroupLin has no dtype for (complex, quantized, fnuz float8), and
+  // ForbiddenGlobal for everything else.
+  Ref global(std::string_view module, std::string_view name);
+  // BINPERSID: the storage that the persistent id ('storage', type, key, location, numel) names.
+  Ref persistent_id(Ref id);
+  // REDUCE fn(*args) for an allowed fn: OrderedDict(), _rebuild_tensor_v2/v3 (a tensor, checked
+  // to lie inside its storage), _rebuild_parameter (the tensor itself).
+  Ref reduce(Ref fn, Ref args);
+  // NEWOBJ cls(*args): only OrderedDict.__new__(OrderedDict).
+  Ref new_object(Ref cls, Ref args);
+  // BUILD: only the attribute dict torch gives an OrderedDict (`_metadata`, ignored).
+  void build(Ref instance, Ref state);
+  // The value STOP returned, as a state dict: a dict of str -> tensor.
+  PickledStateDict finish(Ref result);
+
+ private:
+  Ref rebuild_tensor(std::span<const Ref> args, bool v3);
+  int64_t expect_int(Ref ref, const std::string& what) const;
+  std::vector<int64_t> expect_int_tuple(Ref ref, const std::string& what) const;
+
+  Values& values_;
+  const Cursor& cursor_;
+  const PickleLimits& limits_;
+  std::vector<StorageRef> storages_;
+  std::unordered_map<std::string, size_t> storage_index_;
+  std::vector<TensorRef> tensors_;
+};
+
+}  // namespace grouplin::pickle
