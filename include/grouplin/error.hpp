@@ -40,6 +40,7 @@ namespace grouplin {
   X(BothLayoutsPresent)         \
   X(ExpertCountMismatch)        \
   X(UnsupportedConversion)      \
+  X(Fp8ScalesNotApplied)        \
   X(DuplicateName)              \
   X(LoadFailed)                 \
   /* Files in general. */       \

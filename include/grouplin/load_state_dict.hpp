@@ -7,7 +7,8 @@
 // Rules: every GroupedLinear accepts per-expert (weight{i}, bias{i}) or stacked (weight
 // [N,out,in], bias [N,out]) entries whatever its own layout. Everything is checked before
 // anything is written; on error the module tree is bit-identical to before and one Error lists
-// every problem. The caller's dict is never modified. Float dtypes convert on load.
+// every problem. The caller's dict is never modified. Float dtypes convert on load, except FP8
+// into another dtype: refused with Fp8ScalesNotApplied (the scales would not be applied).
 #pragma once
 
 #include <cstddef>

@@ -24,6 +24,19 @@ bool LoadPlan::check_compatible(const std::string& key, const Tensor& src, const
                                               ", expected " + shape_to_string(dst.shape()));
     return false;
   }
+  // FP8 codes mean nothing without their scales (a `*_scale_inv` entry beside them): widening
+  // the codes alone gives wrong weights with no error, the worst kind of load. Refused until
+  // scaled FP8 is read with its scales.
+  const bool fp8_src = src.dtype() == DType::F8_E4M3 || src.dtype() == DType::F8_E5M2;
+  if (fp8_src && src.dtype() != dst.dtype()) {
+    add_problem(ErrorCode::Fp8ScalesNotApplied,
+                quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) +
+                    " into a " + std::string(dtype_name(dst.dtype())) +
+                    " parameter: FP8 codes would be converted without their scales "
+                    "(scaled FP8 is not supported yet); convert the checkpoint with its scales "
+                    "first");
+    return false;
+  }
   if (src.dtype() != dst.dtype() && !(is_float(src.dtype()) && is_float(dst.dtype()))) {
     add_problem(ErrorCode::UnsupportedConversion,
                 quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) +

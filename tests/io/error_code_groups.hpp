@@ -29,6 +29,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::BothLayoutsPresent:
     case ErrorCode::ExpertCountMismatch:
     case ErrorCode::UnsupportedConversion:
+    case ErrorCode::Fp8ScalesNotApplied:
     case ErrorCode::LoadFailed:
     case ErrorCode::IoError:
       return true;

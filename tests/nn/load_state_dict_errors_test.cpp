@@ -162,6 +162,32 @@ TEST(LoadStateDictErrors, UnsupportedDTypeConversion) {
   }
 }
 
+// Regression: FP8 weights loaded into an F32 or BF16 module were widened without their scales,
+// and a non-strict load dropped the `*_scale_inv` entries as merely unexpected: the experts came
+// out wrong with no error. Every FP8 -> float load is refused until scaled FP8 is supported.
+TEST(LoadStateDictErrors, Fp8IntoAFloatModuleIsRefusedNotConvertedWithoutScales) {
+  for (DType fp8 : {DType::F8_E4M3, DType::F8_E5M2}) {
+    for (WeightLayout ckpt : {WeightLayout::PerExpert, WeightLayout::Single}) {
+      for (WeightLayout l : testing::kLayouts) {
+        for (bool strict : {true, false}) {
+          SCOPED_TRACE(std::string(dtype_name(fp8)) + " " + std::string(layout_name(ckpt)) +
+                       " -> " + std::string(layout_name(l)) + (strict ? " strict" : ""));
+          Case c = make_case(l, ckpt);
+          const std::string key = P + (ckpt == WeightLayout::Single ? "weight" : "weight1");
+          c.sd.set(key, c.sd.at(key).to(fp8));
+          c.sd.insert(key + "_scale_inv", Tensor::zeros({1}, DType::F32));
+          // Strict, the scale is also an unexpected key: two problems, reported together.
+          expect_load_fails(*c.target.root, c.sd,
+                            strict ? ErrorCode::LoadFailed : ErrorCode::Fp8ScalesNotApplied,
+                            {"Fp8ScalesNotApplied: " + quote(key), std::string(dtype_name(fp8)),
+                             "without their scales"},
+                            LoadOptions{.strict = strict});
+        }
+      }
+    }
+  }
+}
+
 // Problems other than missing and unexpected keys are errors with strict=false too.
 TEST(LoadStateDictErrors, ChecksStillApplyWhenNotStrict) {
   Case c = make_case(WeightLayout::PerExpert, WeightLayout::Single);
