@@ -39,8 +39,9 @@ int main() {
     LoadReport report = per_expert.load_state_dict(layer.state_dict());
     const bool same = per_expert.forward(x, m_splits).bit_equal(layer.forward(x, m_splits));
     std::printf("loaded %zu keys, converted from %s to %s, outputs %s\n", report.loaded.size(),
-                report.layout_conversions.at(0).from.c_str(),
-                report.layout_conversions.at(0).to.c_str(), same ? "bit-identical" : "DIFFERENT");
+                layout_name(report.layout_conversions.at(0).from).data(),
+                layout_name(report.layout_conversions.at(0).to).data(),
+                same ? "bit-identical" : "DIFFERENT");
     return same ? 0 : 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -3,14 +3,15 @@
 //
 //   grouplin::Checkpoint c = grouplin::load_checkpoint("model.safetensors");
 //   for (const grouplin::GroupedModule& m : grouplin::find_grouped_modules(c.tensors))
-//     std::cout << m.prefix << " " << grouplin::expert_layout_name(m.layout) << "\n";
+//     std::cout << m.prefix << " " << grouplin::layout_name(m.layout) << "\n";
 //   grouplin::ConversionPlan plan =
 //       grouplin::plan_conversion(c.tensors, grouplin::ExpertLayout::Single);
 //   for (const grouplin::PlannedTensor& t : plan.tensors) { ... t.pieces ... }  // views of c
 //
 // A grouped module with prefix P (empty, or ending in '.') is, as SPEC §5 names them:
 //   per-expert  P.weight0 .. P.weight{N-1}, each [out, in], and optionally P.bias0 ..
-//               P.bias{N-1}, each [out] (indices in decimal, no leading zeros, N >= 1);
+//               P.bias{N-1}, each [out] (indices in decimal, no leading zeros, at most 9
+//               digits, N >= 1: the same rule GroupedLinear's load applies);
 //   single      P.weight [N, out, in] and optionally P.bias [N, out].
 // A rank-3 P.weight whose P.bias has rank 1 is a convolution, not a grouped module; a rank-2
 // P.weight is a plain linear layer. Everything else is an ordinary entry and passes through.
@@ -32,21 +33,11 @@
 
 #include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
+#include "grouplin/layout.hpp"
 #include "grouplin/state_dict.hpp"
 #include "grouplin/tensor.hpp"
 
 namespace grouplin {
-
-// How a checkpoint stores the experts of one grouped module.
-enum class ExpertLayout {
-  PerExpert,  // P.weight{i} [out, in], P.bias{i} [out]
-  Single,     // P.weight [N, out, in], P.bias [N, out]
-};
-
-// "per-expert" or "single".
-std::string_view expert_layout_name(ExpertLayout layout);
-// Parses "per-expert" or "single"; nullopt for anything else.
-std::optional<ExpertLayout> expert_layout_from_name(std::string_view name);
 
 // One grouped module found in a state dict.
 struct GroupedModule {

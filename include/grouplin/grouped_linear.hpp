@@ -20,19 +20,11 @@
 #include <vector>
 
 #include "grouplin/grouped_tensor.hpp"
+#include "grouplin/layout.hpp"
 #include "grouplin/module.hpp"
 #include "grouplin/tensor.hpp"
 
 namespace grouplin {
-
-enum class WeightLayout {
-  PerExpert,   // N tensors weight{i} [out, in], bias{i} [out], each its own allocation
-  Contiguous,  // the same N parameters, views into one GroupedTensor
-  Single,      // one weight [N, out, in], one bias [N, out]
-};
-
-// "per-expert", "contiguous", "single".
-std::string_view layout_name(WeightLayout layout);
 
 // The environment variable that selects Contiguous when weight_layout is not given.
 inline constexpr const char* kContiguousWeightsEnv = "NVTE_ALLOC_CONTIGUOUS_GROUPED_LINEAR_WEIGHTS";
@@ -48,7 +40,7 @@ struct GroupedLinearOptions {
   int64_t in_features = 1;
   int64_t out_features = 1;
   bool bias = true;
-  DType params_dtype = DType::F32;  // F32 or BF16; inputs and outputs use the same dtype
+  DType params_dtype = DType::F32;            // F32 or BF16; inputs and outputs use the same dtype
   std::optional<WeightLayout> weight_layout;  // unset: see resolve_weight_layout
   // Accumulate weight gradients into F32 Parameter::main_grad instead of overwriting grad.
   bool fuse_wgrad_accumulation = false;
@@ -88,7 +80,8 @@ class GroupedLinear : public Module {
   Tensor expert_bias_grad(int64_t i) const;
   Tensor expert_main_grad(int64_t i) const;
 
-  // Accepts per-expert or stacked entries whatever this module's layout (load_state_dict.hpp).
+  // Accepts per-expert or single-layout entries whatever this module's layout
+  // (load_state_dict.hpp).
   void plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) override;
 
  private:

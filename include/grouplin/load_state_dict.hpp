@@ -2,9 +2,9 @@
 //
 //   grouplin::LoadReport r = model.load_state_dict(sd, {.strict = true, .assign = false});
 //   for (const auto& c : r.layout_conversions)
-//     std::cout << c.module << ": " << c.from << " -> " << c.to << "\n";
+//     std::cout << c.module << ": " << layout_name(c.from) << " -> " << layout_name(c.to) << "\n";
 //
-// Rules: every GroupedLinear accepts per-expert (weight{i}, bias{i}) or stacked (weight
+// Rules: every GroupedLinear accepts per-expert (weight{i}, bias{i}) or single-layout (weight
 // [N,out,in], bias [N,out]) entries whatever its own layout. Everything is checked before
 // anything is written; on error the module tree is bit-identical to before and one Error lists
 // every problem. The caller's dict is never modified. Float dtypes convert on load, except FP8
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "grouplin/error.hpp"
+#include "grouplin/layout.hpp"
 #include "grouplin/module.hpp"
 #include "grouplin/state_dict.hpp"
 
@@ -33,8 +34,8 @@ struct LoadOptions {
 
 struct LayoutConversion {
   std::string module;  // dotted prefix of the GroupedLinear, "" for the root
-  std::string from;    // "per-expert" or "stacked": the checkpoint's layout
-  std::string to;      // the module's layout: "per-expert", "contiguous" or "single"
+  ExpertLayout from;   // the checkpoint's layout
+  WeightLayout to;     // the module's layout
 };
 
 struct DTypeConversion {
@@ -62,7 +63,9 @@ class LoadPlan {
   bool claimed(const std::string& key) const;
   void add_missing(const std::string& key);
   void add_problem(ErrorCode code, std::string message);
-  void add_layout_conversion(LayoutConversion c) { report_.layout_conversions.push_back(std::move(c)); }
+  void add_layout_conversion(LayoutConversion c) {
+    report_.layout_conversions.push_back(std::move(c));
+  }
 
   // Checks that `src` can fill `dst` (same shape, same or float-convertible dtype) and plans the
   // copy into parameter `param_index` of `module` (the slice `expert` of it when expert >= 0).
@@ -85,8 +88,8 @@ class LoadPlan {
     std::string key;
     Tensor src;
     Module* module;
-    size_t index;     // parameter or buffer index
-    int64_t expert;   // slice of a stacked parameter, or -1 for the whole tensor
+    size_t index;    // parameter or buffer index
+    int64_t expert;  // slice of a stacked parameter, or -1 for the whole tensor
     bool buffer;
     bool adopt;
   };

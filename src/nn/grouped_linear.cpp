@@ -11,18 +11,6 @@
 
 namespace grouplin {
 
-std::string_view layout_name(WeightLayout layout) {
-  switch (layout) {
-    case WeightLayout::PerExpert:
-      return "per-expert";
-    case WeightLayout::Contiguous:
-      return "contiguous";
-    case WeightLayout::Single:
-      return "single";
-  }
-  return "unknown";
-}
-
 WeightLayout resolve_weight_layout(std::optional<WeightLayout> requested) {
   if (requested) return *requested;
   const char* raw = std::getenv(kContiguousWeightsEnv);

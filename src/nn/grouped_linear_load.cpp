@@ -1,27 +1,17 @@
-// GroupedLinear's part of load_state_dict: accept per-expert or stacked entries whatever the
-// module's own layout, check everything, and plan at most one copy of each byte.
+// GroupedLinear's part of load_state_dict: accept per-expert or single-layout entries whatever
+// the module's own layout, check everything, and plan at most one copy of each byte. Which
+// names are expert entries is the one rule of src/layout/expert_names.hpp, shared with the
+// checkpoint scan of `grouplin inspect` and `convert`.
 #include <map>
 #include <optional>
 
 #include "grouplin/error.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/load_state_dict.hpp"
+#include "layout/expert_names.hpp"
 
 namespace grouplin {
 namespace {
-
-// "weight12" -> 12 for base "weight"; nullopt for "weight", "weight_scale", "weight012".
-std::optional<int64_t> expert_suffix(std::string_view local, std::string_view base) {
-  if (local.size() <= base.size() || local.substr(0, base.size()) != base) return std::nullopt;
-  std::string_view digits = local.substr(base.size());
-  if (digits.size() > 18 || (digits.size() > 1 && digits[0] == '0')) return std::nullopt;
-  int64_t v = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
 
 std::string join_indices(const std::vector<int64_t>& v, size_t limit = 16) {
   std::string s;
@@ -30,144 +20,178 @@ std::string join_indices(const std::vector<int64_t>& v, size_t limit = 16) {
   return s;
 }
 
+// One parameter family ("weight" or "bias") of one GroupedLinear, and where its values go.
+struct Family {
+  GroupedLinear& module;
+  LoadPlan& plan;
+  std::string prefix;       // "decoder.layers.3.mlp.fc1." ("" at the root)
+  std::string module_name;  // for messages: the prefix without its dot, or "<root>"
+  std::string report_name;  // for the report: the prefix without its dot ("" at the root)
+  std::string base;         // "weight" or "bias"
+  Shape expert_shape;       // [out, in] or [out]
+  size_t single_index = 0;  // Single layout: the parameter holding all experts
+  size_t first_index = 0;   // PerExpert/Contiguous: the parameter of expert 0
+  // What the source holds for this family.
+  const Tensor* stacked = nullptr;           // prefix + base, any shape
+  std::map<int64_t, const Tensor*> experts;  // prefix + base{i}, by i
+
+  int64_t n() const { return module.num_gemms(); }
+  WeightLayout layout() const { return module.layout(); }
+  std::string stacked_key() const { return prefix + base; }
+  std::string expert_key(int64_t i) const { return layout::expert_key(prefix, base, i); }
+  // assign adopts a source tensor only where the module holds that tensor whole, as is.
+  bool adopts(const Tensor& src, WeightLayout holder) const {
+    return plan.options().assign && layout() == holder &&
+           src.dtype() == module.options().params_dtype;
+  }
+};
+
+// Both layouts at once: nothing is planned, every entry is claimed (not also unexpected).
+void plan_both_layouts(Family& f) {
+  f.plan.add_problem(ErrorCode::BothLayoutsPresent,
+                     "module " + quote(f.module_name) + ": both " + quote(f.stacked_key()) +
+                         " and " + std::to_string(f.experts.size()) + " per-expert " +
+                         quote(f.prefix + f.base + "{i}") +
+                         " entries are present; expected one "
+                         "layout");
+  f.plan.claim(f.stacked_key());
+  for (const auto& [i, t] : f.experts) f.plan.claim(f.expert_key(i));
+}
+
+// A single-layout source: one [N, ...] entry.
+void plan_from_single(Family& f) {
+  const std::string key = f.stacked_key();
+  const Tensor& src = *f.stacked;
+  f.plan.claim(key);
+  Shape want = f.expert_shape;
+  want.insert(want.begin(), f.n());
+  if (src.rank() == want.size() && src.dim(0) != f.n()) {
+    f.plan.add_problem(ErrorCode::ExpertCountMismatch,
+                       quote(key) + ": " + std::to_string(src.dim(0)) + " experts " +
+                           shape_to_string(src.shape()) + ", module has " + std::to_string(f.n()) +
+                           " " + shape_to_string(want));
+    return;
+  }
+  if (f.layout() == WeightLayout::Single) {
+    if (f.adopts(src, WeightLayout::Single)) {
+      f.plan.plan_adopt(key, src, f.module, f.single_index);
+    } else {
+      f.plan.plan_copy(key, src, f.module, f.single_index);
+    }
+    return;
+  }
+  if (src.shape() != want) {  // reported once, not once per expert
+    f.plan.add_problem(ErrorCode::ShapeMismatch, quote(key) + ": shape " +
+                                                     shape_to_string(src.shape()) + ", expected " +
+                                                     shape_to_string(want));
+    return;
+  }
+  // Each expert reads through a view of the source: no split copies.
+  const bool adopt = f.adopts(src, WeightLayout::PerExpert);
+  for (int64_t i = 0; i < f.n(); ++i) {
+    const size_t idx = f.first_index + static_cast<size_t>(i);
+    const bool ok = adopt ? f.plan.plan_adopt(key, src.select(i), f.module, idx)
+                          : f.plan.plan_copy(key, src.select(i), f.module, idx);
+    if (!ok) return;  // every expert would fail alike (dtype): report the key once
+  }
+  if (f.base == "weight") {
+    f.plan.add_layout_conversion({f.report_name, ExpertLayout::Single, f.layout()});
+  }
+}
+
+// A per-expert source: entries base0 .. base{N-1}.
+void plan_from_per_expert(Family& f) {
+  std::vector<int64_t> extra, absent;
+  for (const auto& [i, t] : f.experts) {
+    if (i >= f.n()) extra.push_back(i);
+  }
+  for (int64_t i = 0; i < f.n(); ++i) {
+    if (f.experts.count(i) == 0) absent.push_back(i);
+  }
+  if (!extra.empty()) {
+    f.plan.add_problem(ErrorCode::ExpertCountMismatch,
+                       "module " + quote(f.module_name) + ": checkpoint has " +
+                           quote(f.expert_key(extra.back())) + " but the module has " +
+                           std::to_string(f.n()) + " experts (" + f.base + "0.." + f.base +
+                           std::to_string(f.n() - 1) + ")");
+    for (int64_t i : extra) f.plan.claim(f.expert_key(i));
+  }
+  if (!absent.empty()) {
+    // Strict: one PartialExpertSet problem naming the absent experts (not also one MissingKey
+    // each, which would turn the code into LoadFailed). Otherwise they are reported missing.
+    if (f.plan.options().strict) {
+      f.plan.add_problem(ErrorCode::PartialExpertSet,
+                         "module " + quote(f.module_name) + ": " +
+                             std::to_string(f.experts.size() - extra.size()) + " of " +
+                             std::to_string(f.n()) + " " + quote(f.prefix + f.base + "{i}") +
+                             " entries present; missing experts " + join_indices(absent));
+    } else {
+      for (int64_t i : absent) f.plan.add_missing(f.expert_key(i));
+    }
+  }
+  const bool single = f.layout() == WeightLayout::Single;
+  for (const auto& [i, t] : f.experts) {
+    if (i >= f.n()) continue;
+    const std::string key = f.expert_key(i);
+    f.plan.claim(key);
+    if (single) {
+      // Straight into the module's single storage: one copy, no stacked temporary.
+      f.plan.plan_copy(key, *t, f.module, f.single_index, i);
+    } else if (f.adopts(*t, WeightLayout::PerExpert)) {
+      f.plan.plan_adopt(key, *t, f.module, f.first_index + static_cast<size_t>(i));
+    } else {
+      f.plan.plan_copy(key, *t, f.module, f.first_index + static_cast<size_t>(i));
+    }
+  }
+  if (single && f.base == "weight") {
+    f.plan.add_layout_conversion({f.report_name, ExpertLayout::PerExpert, WeightLayout::Single});
+  }
+}
+
+void plan_family(Family& f) {
+  if (f.stacked != nullptr && !f.experts.empty()) return plan_both_layouts(f);
+  if (f.stacked != nullptr) return plan_from_single(f);
+  if (!f.experts.empty()) return plan_from_per_expert(f);
+  if (f.layout() == WeightLayout::Single) {
+    f.plan.add_missing(f.stacked_key());
+  } else {
+    for (int64_t i = 0; i < f.n(); ++i) f.plan.add_missing(f.expert_key(i));
+  }
+}
+
 }  // namespace
 
 void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) {
-  const int64_t n = num_gemms();
-  const bool single = layout_ == WeightLayout::Single;
-  const bool assign = plan.options().assign;
   // The report names the root "" (load_state_dict.hpp); messages say "<root>".
   const std::string report_name = prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1);
-  const std::string module_name = prefix.empty() ? "<root>" : report_name;
+  auto family = [&](const char* base, Shape expert_shape, size_t index) {
+    Family f{*this,
+             plan,
+             prefix,
+             prefix.empty() ? "<root>" : report_name,
+             report_name,
+             base,
+             std::move(expert_shape),
+             index,
+             index * static_cast<size_t>(num_gemms()),
+             source.find(prefix + base),
+             {}};
+    return f;
+  };
+  std::vector<Family> families;
+  families.push_back(family("weight", {options_.out_features, options_.in_features}, 0));
+  if (options_.bias) families.push_back(family("bias", {options_.out_features}, 1));
 
   // Which per-expert entries does the source hold for this module? One pass over the keys.
-  std::map<std::string, std::map<int64_t, const Tensor*>> per_expert;  // base -> index -> tensor
   for (const auto& [key, t] : source) {
     if (key.size() <= prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
-    std::string_view local = std::string_view(key).substr(prefix.size());
-    for (const char* base : {"weight", "bias"}) {
-      if (auto i = expert_suffix(local, base)) per_expert[base][*i] = &t;
+    const std::string_view leaf = std::string_view(key).substr(prefix.size());
+    for (Family& f : families) {
+      if (auto i = layout::expert_index(leaf, f.base)) f.experts[*i] = &t;
     }
   }
+  for (Family& f : families) plan_family(f);
 
-  // Plans one parameter family ("weight" or "bias"); returns the checkpoint layout seen.
-  auto plan_family = [&](const std::string& base, const Shape& expert_shape,
-                         std::optional<size_t> single_index, size_t first_index) {
-    const std::string stacked_key = prefix + base;
-    const Tensor* stacked = source.find(stacked_key);
-    const auto& experts = per_expert[base];
-    if (stacked != nullptr && !experts.empty()) {
-      plan.add_problem(ErrorCode::BothLayoutsPresent,
-                       "module " + quote(module_name) + ": both " + quote(stacked_key) + " and " +
-                           std::to_string(experts.size()) + " per-expert \"" + prefix + base +
-                           "{i}\" entries are present; expected one layout");
-      plan.claim(stacked_key);
-      for (const auto& [i, t] : experts) plan.claim(prefix + base + std::to_string(i));
-      return;
-    }
-    if (stacked != nullptr) {
-      plan.claim(stacked_key);
-      Shape want = expert_shape;
-      want.insert(want.begin(), n);
-      if (stacked->rank() == want.size() && stacked->dim(0) != n) {
-        plan.add_problem(ErrorCode::ExpertCountMismatch,
-                         quote(stacked_key) + ": " + std::to_string(stacked->dim(0)) + " experts " +
-                             shape_to_string(stacked->shape()) + ", module has " +
-                             std::to_string(n) + " " + shape_to_string(want));
-        return;
-      }
-      if (single) {
-        if (assign && stacked->dtype() == options_.params_dtype) {
-          plan.plan_adopt(stacked_key, *stacked, *this, *single_index);
-        } else {
-          plan.plan_copy(stacked_key, *stacked, *this, *single_index);
-        }
-        return;
-      }
-      if (stacked->shape() != want) {  // reported once, not once per expert
-        plan.add_problem(ErrorCode::ShapeMismatch, quote(stacked_key) + ": shape " +
-                                                       shape_to_string(stacked->shape()) +
-                                                       ", expected " + shape_to_string(want));
-        return;
-      }
-      // Each expert reads through a view of the source: no split copies.
-      const bool adopt =
-          assign && layout_ == WeightLayout::PerExpert && stacked->dtype() == options_.params_dtype;
-      for (int64_t i = 0; i < n; ++i) {
-        const size_t idx = first_index + static_cast<size_t>(i);
-        const bool ok = adopt ? plan.plan_adopt(stacked_key, stacked->select(i), *this, idx)
-                              : plan.plan_copy(stacked_key, stacked->select(i), *this, idx);
-        if (!ok) return;  // every expert would fail alike (dtype): report the key once
-      }
-      if (base == "weight") {
-        plan.add_layout_conversion({report_name, "stacked", std::string(layout_name(layout_))});
-      }
-      return;
-    }
-    if (experts.empty()) {
-      if (single) {
-        plan.add_missing(stacked_key);
-      } else {
-        for (int64_t i = 0; i < n; ++i) plan.add_missing(prefix + base + std::to_string(i));
-      }
-      return;
-    }
-    // Per-expert source.
-    std::vector<int64_t> extra, absent;
-    for (const auto& [i, t] : experts) {
-      if (i >= n) extra.push_back(i);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      if (experts.count(i) == 0) absent.push_back(i);
-    }
-    if (!extra.empty()) {
-      plan.add_problem(ErrorCode::ExpertCountMismatch,
-                       "module " + quote(module_name) + ": checkpoint has \"" + prefix + base +
-                           std::to_string(extra.back()) + "\" but the module has " +
-                           std::to_string(n) + " experts (" + base + "0.." + base +
-                           std::to_string(n - 1) + ")");
-      for (int64_t i : extra) plan.claim(prefix + base + std::to_string(i));
-    }
-    if (!absent.empty()) {
-      // Strict: one PartialExpertSet problem naming the absent experts (not also one MissingKey
-      // each, which would turn the code into LoadFailed). Otherwise they are reported missing.
-      if (plan.options().strict) {
-        plan.add_problem(ErrorCode::PartialExpertSet,
-                         "module \"" + module_name +
-                             "\": " + std::to_string(experts.size() - extra.size()) + " of " +
-                             std::to_string(n) + " \"" + prefix + base +
-                             "{i}\" entries present; missing experts " + join_indices(absent));
-      } else {
-        for (int64_t i : absent) plan.add_missing(prefix + base + std::to_string(i));
-      }
-    }
-    for (const auto& [i, t] : experts) {
-      if (i >= n) continue;
-      const std::string key = prefix + base + std::to_string(i);
-      plan.claim(key);
-      if (single) {
-        // Straight into the module's stacked storage: one copy, no stacked temporary.
-        plan.plan_copy(key, *t, *this, *single_index, i);
-      } else {
-        const size_t idx = first_index + static_cast<size_t>(i);
-        if (assign && layout_ == WeightLayout::PerExpert && t->dtype() == options_.params_dtype) {
-          plan.plan_adopt(key, *t, *this, idx);
-        } else {
-          plan.plan_copy(key, *t, *this, idx);
-        }
-      }
-    }
-    if (single && base == "weight")
-      plan.add_layout_conversion({report_name, "per-expert", "single"});
-  };
-
-  const Shape w_shape = {options_.out_features, options_.in_features};
-  const Shape b_shape = {options_.out_features};
-  plan_family("weight", w_shape, single ? std::optional<size_t>(0) : std::nullopt, 0);
-  if (options_.bias) {
-    plan_family("bias", b_shape, single ? std::optional<size_t>(1) : std::nullopt,
-                static_cast<size_t>(n));
-  }
   // Buffers (_extra_state) load like any module's.
   const std::string extra_key = prefix + buffers()[0].first;
   if (const Tensor* src = source.find(extra_key)) {

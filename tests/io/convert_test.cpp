@@ -60,10 +60,9 @@ TEST_F(ConvertTest, EveryLayoutAndFormat) {
       save_checkpoint(in, moe_state_dict(kModules, from), in_format, meta);
       for (CheckpointFormat out_format : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
         for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
-          SCOPED_TRACE(std::string(format_name(in_format)) + " " +
-                       std::string(expert_layout_name(from)) + " -> " +
-                       std::string(format_name(out_format)) + " " +
-                       std::string(expert_layout_name(to)));
+          SCOPED_TRACE(std::string(format_name(in_format)) + " " + std::string(layout_name(from)) +
+                       " -> " + std::string(format_name(out_format)) + " " +
+                       std::string(layout_name(to)));
           ConvertOptions o;
           o.layout = to;
           o.format = out_format;

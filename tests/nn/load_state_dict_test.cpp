@@ -34,12 +34,12 @@ std::vector<std::string> sorted(std::vector<std::string> v) {
 }
 
 // The conversion a load from `from` into `to` must report for module `name`, if any.
-using Conversions = std::vector<std::tuple<std::string, std::string, std::string>>;
+using Conversions = std::vector<std::tuple<std::string, ExpertLayout, WeightLayout>>;
 
 Conversions expected_conversion(WeightLayout from, WeightLayout to, const std::string& name) {
-  const std::string f = testing::key_format(from), t = testing::key_format(to);
+  const ExpertLayout f = checkpoint_layout(from), t = checkpoint_layout(to);
   if (f == t) return {};
-  return {{name, f, std::string(layout_name(to))}};
+  return {{name, f, to}};
 }
 
 Conversions conversions(const LoadReport& r) {
@@ -106,7 +106,7 @@ TEST_P(LayoutRoundTrip, NestedThroughRoot) {
   EXPECT_EQ(sorted(r.loaded), sorted(sd.keys()));
   EXPECT_TRUE(r.missing.empty() && r.unexpected.empty());
   Conversions want = expected_conversion(from(), to(), kFc1Name);
-  want.emplace_back("decoder.layers.3.mlp.fc2", "stacked", "per-expert");
+  want.emplace_back("decoder.layers.3.mlp.fc2", ExpertLayout::Single, WeightLayout::PerExpert);
   EXPECT_EQ(conversions(r), want);
 }
 
@@ -115,7 +115,7 @@ TEST_P(LayoutRoundTrip, NestedThroughIntermediateAncestor) {
   const StateDict sd = reprefix(s.root->state_dict(), "decoder.layers.", "");
   const LoadReport r = d.layers->load_state_dict(sd);
   Conversions want = expected_conversion(from(), to(), "3.mlp.fc1");
-  want.emplace_back("3.mlp.fc2", "stacked", "per-expert");
+  want.emplace_back("3.mlp.fc2", ExpertLayout::Single, WeightLayout::PerExpert);
   expect_loaded(*s.fc1, *d.fc1, r, sd, want);
 }
 

@@ -47,11 +47,6 @@ inline std::shared_ptr<GroupedLinear> make_gl(const GroupedLinearOptions& o) {
   return std::make_shared<GroupedLinear>(o);
 }
 
-// The checkpoint key format a layout saves: Single saves stacked entries, the others per-expert.
-inline std::string key_format(WeightLayout l) {
-  return l == WeightLayout::Single ? "stacked" : "per-expert";
-}
-
 // A model tree root -> decoder -> layers -> {0, 1, 2, 3} -> mlp -> {fc1, fc2}; fc1 and fc2 sit
 // only under layers.3 (layers 0..2 are empty), so fc1's keys start with kFc1Prefix.
 inline constexpr const char* kFc1Prefix = "decoder.layers.3.mlp.fc1.";

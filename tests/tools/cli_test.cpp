@@ -62,8 +62,8 @@ TEST_F(CliTest, ConvertsBothLayoutsBothFormats) {
       save_checkpoint(in, moe_state_dict(kModules, from), in_format, meta);
       for (CheckpointFormat out_format : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
         for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
-          const std::string layout(expert_layout_name(to));
-          SCOPED_TRACE(in + " " + std::string(expert_layout_name(from)) + " -> " + layout +
+          const std::string layout(layout_name(to));
+          SCOPED_TRACE(in + " " + std::string(layout_name(from)) + " -> " + layout +
                        ext(out_format));
           const std::string out = path(std::string("out") + ext(out_format));
           CliRun r = run({"convert", in, out, "--layout", layout});
@@ -366,7 +366,7 @@ TEST_F(CliTest, TorchLoadsConvertedFiles) {
     const ExpertLayout from =
         to == ExpertLayout::Single ? ExpertLayout::PerExpert : ExpertLayout::Single;
     save_pt(path("in.pt"), moe_state_dict(kModules, from));
-    const std::string layout(expert_layout_name(to));
+    const std::string layout(layout_name(to));
     ASSERT_EQ(run({"convert", path("in.pt"), path("out.pt"), "--layout", layout, "--force"}).code,
               0);
     nlohmann::json tensors = nlohmann::json::array();

@@ -79,7 +79,7 @@ void run_convert(const ConvertConfig& c) {
       escaped(c.in).c_str(), std::string(format_name(r.input_format)).c_str(),
       escaped(c.out).c_str(), std::string(format_name(r.output_format)).c_str(),
       format_bytes(r.file_bytes).c_str(), r.modules.size(), converted,
-      std::string(expert_layout_name(o.layout)).c_str(), r.input_tensors, r.output_tensors,
+      std::string(layout_name(o.layout)).c_str(), r.input_tensors, r.output_tensors,
       format_bytes(r.data_bytes).c_str(), seconds,
       format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0).c_str());
 }
@@ -111,8 +111,8 @@ void add_convert_command(CLI::App& app) {
       "Exit: 0 converted; 2 bad usage or bad input (unreadable or invalid IN, inconsistent\n"
       "expert set, OUT exists without --force, OUT is IN, unknown output format).\n\n"
       "Examples:\n"
-      "  grouplin convert model.safetensors stacked.safetensors --layout single\n"
-      "  grouplin convert stacked.safetensors model.pt --layout per-expert\n"
+      "  grouplin convert model.safetensors single.safetensors --layout single\n"
+      "  grouplin convert single.safetensors model.pt --layout per-expert\n"
       "  grouplin convert model.pt out.bin --layout single --format safetensors --force");
   cmd->callback([c] { run_convert(*c); });
 }

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -112,8 +112,10 @@ void run_demo(const DemoConfig& c) {
     student->backward(dy);
     sgd_step(*model, c.lr);
   }
-  std::printf("   loss %.6f -> %.6f (%s)\n", first, last, last < first ? "going down" : "NOT going down");
-  if (!(last < first)) throw Error(ErrorCode::InvalidArgument, "demo: training did not reduce the loss");
+  std::printf("   loss %.6f -> %.6f (%s)\n", first, last,
+              last < first ? "going down" : "NOT going down");
+  if (!(last < first))
+    throw Error(ErrorCode::InvalidArgument, "demo: training did not reduce the loss");
 
   // 2. Move the weights into a Single-layout layer under another parent, through a state dict.
   const StateDict saved = model->state_dict();
@@ -130,14 +132,16 @@ void run_demo(const DemoConfig& c) {
   const LoadReport report = other->load_state_dict(saved);
   for (const auto& conv : report.layout_conversions) {
     std::printf("   loaded %zu keys; converted %s from %s to %s\n", report.loaded.size(),
-                conv.module.c_str(), conv.from.c_str(), conv.to.c_str());
+                conv.module.c_str(), std::string(layout_name(conv.from)).c_str(),
+                std::string(layout_name(conv.to)).c_str());
   }
   const Tensor y_trained = student->forward(x, splits);
   const Tensor y_reloaded = reloaded->forward(x, splits);
   const bool same = y_trained.bit_equal(y_reloaded);
   std::printf("   outputs of the per-expert and single layers: %s\n",
               same ? "bit-identical" : "DIFFERENT");
-  if (!same) throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after the layout change");
+  if (!same)
+    throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after the layout change");
 
   // 3. Through real files: safetensors from the per-expert model, .pt from the single one.
   const std::string dir = c.out_dir.empty() ? make_temp_dir() : c.out_dir;
@@ -145,11 +149,11 @@ void run_demo(const DemoConfig& c) {
   const std::string pt_path = dir + "/demo-single.pt";
   save_checkpoint(st_path, saved, std::nullopt, {{"producer", "grouplin demo"}});
   save_checkpoint(pt_path, other->state_dict());
-  std::printf("\n3. saved %s (per-expert keys) and %s (stacked keys)\n", st_path.c_str(),
+  std::printf("\n3. saved %s (per-expert keys) and %s (single-layout keys)\n", st_path.c_str(),
               pt_path.c_str());
   bool all_same = true;
-  for (const auto& [path, layout] : {std::pair{st_path, WeightLayout::Single},
-                                     std::pair{pt_path, WeightLayout::Contiguous}}) {
+  for (const auto& [path, layout] :
+       {std::pair{st_path, WeightLayout::Single}, std::pair{pt_path, WeightLayout::Contiguous}}) {
     const Checkpoint ckpt = load_checkpoint(path);
     GroupedLinearOptions lo = o;
     lo.weight_layout = layout;
@@ -162,16 +166,19 @@ void run_demo(const DemoConfig& c) {
     const LoadReport r = root->load_state_dict(ckpt.tensors);
     const bool same_file = layer->forward(x, splits).bit_equal(y_trained);
     all_same = all_same && same_file;
-    std::printf("   %s (%s, %zu tensors) -> %s layer%s: outputs %s\n", path.c_str(),
-                std::string(format_name(ckpt.format)).c_str(), ckpt.tensors.size(),
-                std::string(layout_name(layout)).c_str(),
-                r.layout_conversions.empty()
-                    ? ""
-                    : (" (converted from " + r.layout_conversions[0].from + ")").c_str(),
-                same_file ? "bit-identical" : "DIFFERENT");
+    std::printf(
+        "   %s (%s, %zu tensors) -> %s layer%s: outputs %s\n", path.c_str(),
+        std::string(format_name(ckpt.format)).c_str(), ckpt.tensors.size(),
+        std::string(layout_name(layout)).c_str(),
+        r.layout_conversions.empty()
+            ? ""
+            : (" (converted from " + std::string(layout_name(r.layout_conversions[0].from)) + ")")
+                  .c_str(),
+        same_file ? "bit-identical" : "DIFFERENT");
   }
   if (c.out_dir.empty()) std::filesystem::remove_all(dir);
-  if (!all_same) throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after reloading a file");
+  if (!all_same)
+    throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after reloading a file");
   std::printf("\ndemo finished: loss went down, and every layout and file kept every bit\n");
 }
 

@@ -58,7 +58,7 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
   ordered_json modules = ordered_json::array();
   for (const GroupedModule& m : s.scan.modules) {
     modules.push_back({{"prefix", m.prefix},
-                       {"layout", std::string(expert_layout_name(m.layout))},
+                       {"layout", std::string(layout_name(m.layout))},
                        {"num_experts", m.num_experts},
                        {"out_features", m.out_features},
                        {"in_features", m.in_features},
@@ -127,7 +127,7 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
       if (m.bias && m.bias_dtype != m.dtype)
         dtype += " (bias " + std::string(dtype_name(m.bias_dtype)) + ")";
       std::printf("  %-*s  %-10s  %6lld  %6lld  %6lld  %-5s  %s\n", static_cast<int>(pw),
-                  prefix.c_str(), std::string(expert_layout_name(m.layout)).c_str(),
+                  prefix.c_str(), std::string(layout_name(m.layout)).c_str(),
                   static_cast<long long>(m.num_experts), static_cast<long long>(m.out_features),
                   static_cast<long long>(m.in_features), m.bias ? "yes" : "no", dtype.c_str());
     }

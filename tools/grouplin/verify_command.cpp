@@ -67,7 +67,7 @@ void add_verify_command(CLI::App& app) {
       "Exit: 0 same; 1 different (first differences listed: entry, element index, values);\n"
       "2 unreadable or invalid input.\n\n"
       "Examples:\n"
-      "  grouplin verify model.safetensors stacked.pt\n"
+      "  grouplin verify model.safetensors single.pt\n"
       "  grouplin verify a.pt b.pt --max-listed 50");
   cmd->callback([c] { run_verify(*c); });
 }

@@ -31,8 +31,8 @@ Error only_problem(const StateDict& sd) {
 }
 
 TEST(CheckpointLayout, LayoutNames) {
-  EXPECT_EQ(expert_layout_name(ExpertLayout::Single), "single");
-  EXPECT_EQ(expert_layout_name(ExpertLayout::PerExpert), "per-expert");
+  EXPECT_EQ(layout_name(ExpertLayout::Single), "single");
+  EXPECT_EQ(layout_name(ExpertLayout::PerExpert), "per-expert");
   EXPECT_EQ(expert_layout_from_name("single"), ExpertLayout::Single);
   EXPECT_EQ(expert_layout_from_name("per-expert"), ExpertLayout::PerExpert);
   EXPECT_EQ(expert_layout_from_name("Single"), std::nullopt);
@@ -212,8 +212,8 @@ void expect_plan_is(const ConversionPlan& plan, const StateDict& want) {
 TEST(CheckpointLayout, PlansEveryDirection) {
   for (ExpertLayout from : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
     for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
-      SCOPED_TRACE(std::string(expert_layout_name(from)) + " -> " +
-                   std::string(expert_layout_name(to)));
+      SCOPED_TRACE(std::string(layout_name(from)) + " -> " +
+                   std::string(layout_name(to)));
       const StateDict src = moe_state_dict(kModules, from);
       const ConversionPlan plan = plan_conversion(src, to);
       EXPECT_EQ(plan.modules.size(), 2u);

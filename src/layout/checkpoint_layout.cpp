@@ -5,12 +5,11 @@
 #include <map>
 #include <unordered_map>
 
+#include "layout/expert_names.hpp"
+
 namespace grouplin {
 namespace {
 
-// Largest expert index accepted in a name: 9 digits keep the arithmetic far from overflow, and
-// no model has a billion experts in one module.
-constexpr size_t kMaxIndexDigits = 9;
 // Missing indices quoted in one PartialExpertSet message.
 constexpr size_t kMaxListed = 8;
 
@@ -23,34 +22,21 @@ struct Candidate {
   const StateDict::Entry* bias = nullptr;    // P.bias, any rank
 };
 
-// Splits "a.b.weight12" into ("a.b.", "weight", 12); index -1 for a leaf without digits.
-// Returns false for leaves that are neither weight* nor bias*, or whose digits are not a
-// canonical decimal number.
+// Splits "a.b.weight12" into ("a.b.", weight, 12) by the one expert-name rule; index -1 for a
+// bare "weight" or "bias". Returns false for every other leaf.
 bool split_name(const std::string& name, std::string& prefix, bool& is_weight, int64_t& index) {
-  const size_t dot = name.rfind('.');
-  const size_t leaf_at = dot == std::string::npos ? 0 : dot + 1;
-  std::string_view leaf(name.data() + leaf_at, name.size() - leaf_at);
-  std::string_view digits;
-  if (leaf.rfind("weight", 0) == 0) {
-    is_weight = true;
-    digits = leaf.substr(6);
-  } else if (leaf.rfind("bias", 0) == 0) {
-    is_weight = false;
-    digits = leaf.substr(4);
+  const layout::SplitKey k = layout::split_key(name);
+  is_weight = k.leaf.starts_with("weight");
+  if (!is_weight && !k.leaf.starts_with("bias")) return false;
+  const std::string_view base = is_weight ? "weight" : "bias";
+  if (k.leaf == base) {
+    index = -1;
+  } else if (std::optional<int64_t> i = layout::expert_index(k.leaf, base)) {
+    index = *i;
   } else {
     return false;
   }
-  if (digits.empty()) {
-    index = -1;
-  } else {
-    if (digits.size() > kMaxIndexDigits || (digits.size() > 1 && digits[0] == '0')) return false;
-    index = 0;
-    for (char c : digits) {
-      if (c < '0' || c > '9') return false;
-      index = index * 10 + (c - '0');
-    }
-  }
-  prefix = name.substr(0, leaf_at);
+  prefix = std::string(k.prefix);
   return true;
 }
 
@@ -207,16 +193,6 @@ void check_single(const Candidate& c, GroupedScan& scan) {
 
 }  // namespace
 
-std::string_view expert_layout_name(ExpertLayout layout) {
-  return layout == ExpertLayout::Single ? "single" : "per-expert";
-}
-
-std::optional<ExpertLayout> expert_layout_from_name(std::string_view name) {
-  if (name == "single") return ExpertLayout::Single;
-  if (name == "per-expert") return ExpertLayout::PerExpert;
-  return std::nullopt;
-}
-
 GroupedScan scan_grouped_modules(const StateDict& dict) {
   std::vector<Candidate> candidates;
   std::unordered_map<std::string, size_t> by_prefix;
@@ -297,8 +273,8 @@ ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target) {
         keys.push_back(p + "weight");
         if (m.bias) keys.push_back(p + "bias");
       } else {
-        for (size_t i = 0; i < n; ++i) keys.push_back(p + "weight" + std::to_string(i));
-        for (size_t i = 0; m.bias && i < n; ++i) keys.push_back(p + "bias" + std::to_string(i));
+        for (size_t i = 0; i < n; ++i) keys.push_back(layout::expert_key(p, "weight", static_cast<int64_t>(i)));
+        for (size_t i = 0; m.bias && i < n; ++i) keys.push_back(layout::expert_key(p, "bias", static_cast<int64_t>(i)));
       }
       for (const std::string& k : keys) {
         const Tensor& t = dict.at(k);
@@ -306,24 +282,24 @@ ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target) {
       }
     } else if (target == ExpertLayout::Single) {  // per-expert -> single
       PlannedTensor w{p + "weight", m.dtype, {m.num_experts, m.out_features, m.in_features}, {}};
-      for (size_t i = 0; i < n; ++i) w.pieces.push_back(dict.at(p + "weight" + std::to_string(i)));
+      for (size_t i = 0; i < n; ++i) w.pieces.push_back(dict.at(layout::expert_key(p, "weight", static_cast<int64_t>(i))));
       plan.tensors.push_back(std::move(w));
       if (m.bias) {
         PlannedTensor b{p + "bias", m.bias_dtype, {m.num_experts, m.out_features}, {}};
-        for (size_t i = 0; i < n; ++i) b.pieces.push_back(dict.at(p + "bias" + std::to_string(i)));
+        for (size_t i = 0; i < n; ++i) b.pieces.push_back(dict.at(layout::expert_key(p, "bias", static_cast<int64_t>(i))));
         plan.tensors.push_back(std::move(b));
       }
     } else {  // single -> per-expert
       const Tensor& w = dict.at(p + "weight");
       for (size_t i = 0; i < n; ++i) {
         Tensor e = w.select(static_cast<int64_t>(i));
-        plan.tensors.push_back({p + "weight" + std::to_string(i), e.dtype(), e.shape(), {e}});
+        plan.tensors.push_back({layout::expert_key(p, "weight", static_cast<int64_t>(i)), e.dtype(), e.shape(), {e}});
       }
       if (m.bias) {
         const Tensor& b = dict.at(p + "bias");
         for (size_t i = 0; i < n; ++i) {
           Tensor e = b.select(static_cast<int64_t>(i));
-          plan.tensors.push_back({p + "bias" + std::to_string(i), e.dtype(), e.shape(), {e}});
+          plan.tensors.push_back({layout::expert_key(p, "bias", static_cast<int64_t>(i)), e.dtype(), e.shape(), {e}});
         }
       }
     }
