@@ -28,7 +28,9 @@ struct LoadOptions {
   // are reported and everything that matches is loaded.
   bool strict = true;
   // Adopt the source tensors' bytes instead of copying where the module's layout allows it
-  // (same dtype; PerExpert or Single targets). Adopted parameters are copied on first write.
+  // (same dtype; PerExpert or Single targets). The module then holds read-only views of them
+  // (Tensor::read_only): a write through any of its views throws ReadOnlyTensor, and its own
+  // first write (writable_value, an optimizer step) goes to a private copy.
   bool assign = false;
 };
 

@@ -31,9 +31,6 @@ struct Parameter {
   Tensor value;
   Tensor grad;       // params dtype; written by backward (undefined before the first one)
   Tensor main_grad;  // F32; accumulated by backward with fuse_wgrad_accumulation
-  // Set when `value` borrows a checkpoint's bytes (load with assign=true): the first write
-  // goes to a private copy so the source is never modified.
-  bool copy_on_write = false;
 };
 
 class Module {
@@ -96,8 +93,9 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 
-// Returns a writable tensor for a parameter's value, first copying borrowed bytes
-// (copy_on_write) into a private allocation.
+// The parameter's value, writable: a value that borrows someone else's bytes (a read-only view,
+// after load_state_dict with assign=true, or a file mapping) is first replaced by a private copy,
+// so a write never reaches the lender and always reaches what the module reads.
 Tensor& writable_value(Parameter& p);
 
 // A module that only holds children, to build model trees.

@@ -10,7 +10,8 @@ namespace grouplin {
 
 // For every parameter with a gradient: value -= lr * gradient, where the gradient is main_grad
 // when defined (fuse_wgrad_accumulation) and grad otherwise. Computed in F32, rounded once to
-// the parameter's dtype. Borrowed (copy-on-write) parameters are copied first.
+// the parameter's dtype. Borrowed parameters (read-only views, see writable_value) are copied
+// first.
 void sgd_step(Module& module, float lr);
 
 // Sets every grad and main_grad of the tree to zero.

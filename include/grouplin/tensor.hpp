@@ -56,13 +56,23 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   size_t storage_offset() const { return offset_; }
   const std::byte* data() const { return storage_ ? storage_->data() + offset_ : nullptr; }
-  // Throws Error(ReadOnlyTensor) when the storage is borrowed read-only memory.
+  // Throws Error(ReadOnlyTensor) when the tensor is not writable() (see read_only()).
   std::byte* mutable_data();
   template <class T>
-  const T* data_as() const { return reinterpret_cast<const T*>(data()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(data());
+  }
   template <class T>
-  T* mutable_data_as() { return reinterpret_cast<T*>(mutable_data()); }
-  bool writable() const { return storage_ && storage_->writable(); }
+  T* mutable_data_as() {
+    return reinterpret_cast<T*>(mutable_data());
+  }
+  // False for undefined tensors, for read-only storage (a file mapping) and for read_only()
+  // views: then mutable_data(), copy_from() and zero() throw Error(ReadOnlyTensor).
+  bool writable() const { return storage_ && storage_->writable() && !read_only_; }
+  // This view, with every write through it (or through views made from it) refused. How bytes
+  // that belong to someone else are handed out: a module that borrowed a caller's tensor
+  // (load_state_dict with assign=true) shows only read-only views of it.
+  Tensor read_only() const;
 
   // View of slice i along dimension 0 (rank drops by one). Throws Error(OutOfBounds).
   Tensor select(int64_t i) const;
@@ -88,11 +98,18 @@ class Tensor {
   bool bit_equal(const Tensor& other) const;
 
  private:
+  // `view`, refusing writes when this tensor does.
+  Tensor derived(Tensor view) const {
+    view.read_only_ = read_only_;
+    return view;
+  }
+
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;
   Shape shape_;
   int64_t numel_ = 0;
   DType dtype_ = DType::F32;
+  bool read_only_ = false;
 };
 
 }  // namespace grouplin

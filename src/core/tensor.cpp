@@ -86,7 +86,20 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, size_t offset, const Sh
 
 std::byte* Tensor::mutable_data() {
   if (!storage_) return nullptr;
+  if (read_only_) {
+    throw Error(ErrorCode::ReadOnlyTensor,
+                "writing through a read-only view of " + std::string(dtype_name(dtype_)) + " " +
+                    shape_to_string(shape_) +
+                    ": its bytes are borrowed (a state dict loaded with assign=true, or a file); "
+                    "clone() it, or write through writable_value() of the parameter");
+  }
   return storage_->mutable_data() + offset_;
+}
+
+Tensor Tensor::read_only() const {
+  Tensor t = *this;
+  t.read_only_ = true;
+  return t;
 }
 
 Tensor Tensor::select(int64_t i) const {
@@ -96,7 +109,7 @@ Tensor Tensor::select(int64_t i) const {
   }
   Shape inner(shape_.begin() + 1, shape_.end());
   size_t stride = static_cast<size_t>(shape_numel(inner)) * dtype_size(dtype_);
-  return view_of(storage_, offset_ + static_cast<size_t>(i) * stride, inner, dtype_);
+  return derived(view_of(storage_, offset_ + static_cast<size_t>(i) * stride, inner, dtype_));
 }
 
 Tensor Tensor::rows(int64_t begin, int64_t count) const {
@@ -108,16 +121,15 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   Shape s = shape_;
   s[0] = count;
   size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<size_t>(shape_[0]);
-  return view_of(storage_, offset_ + static_cast<size_t>(begin) * row_bytes, s, dtype_);
+  return derived(view_of(storage_, offset_ + static_cast<size_t>(begin) * row_bytes, s, dtype_));
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   if (shape_numel(shape) != numel_) {
     throw Error(ErrorCode::ShapeMismatch, "reshape from " + shape_to_string(shape_) + " to " +
-                                              shape_to_string(shape) +
-                                              ": element counts differ");
+                                              shape_to_string(shape) + ": element counts differ");
   }
-  return view_of(storage_, offset_, shape, dtype_);
+  return derived(view_of(storage_, offset_, shape, dtype_));
 }
 
 Tensor Tensor::clone() const { return to(dtype_); }
@@ -134,8 +146,8 @@ void Tensor::copy_from(const Tensor& src) {
     throw Error(ErrorCode::UndefinedTensor, "copy_from with an undefined tensor");
   }
   if (src.numel_ != numel_) {
-    throw Error(ErrorCode::ShapeMismatch, "copying " + shape_to_string(src.shape_) + " into " +
-                                              shape_to_string(shape_));
+    throw Error(ErrorCode::ShapeMismatch,
+                "copying " + shape_to_string(src.shape_) + " into " + shape_to_string(shape_));
   }
   std::byte* dst = mutable_data();
   if (src.dtype_ == dtype_) {

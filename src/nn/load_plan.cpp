@@ -111,14 +111,14 @@ LoadReport LoadPlan::execute(const StateDict& source) {
     } else {
       Parameter& p = w.module->params_[w.index];
       if (w.adopt) {
-        p.value = w.src;
-        p.copy_on_write = true;
+        // Borrowed: the module shows only read-only views of the caller's bytes, and its own
+        // first write (writable_value) goes to a private copy.
+        p.value = w.src.read_only();
       } else {
-        if (p.copy_on_write && w.expert < 0) {
+        if (!p.value.writable() && w.expert < 0) {
           // The whole borrowed tensor is about to be overwritten: a fresh allocation is
           // enough, cloning the borrowed bytes first would copy every byte twice.
           p.value = Tensor::zeros(p.value.shape(), p.value.dtype());
-          p.copy_on_write = false;
         }
         Tensor& v = writable_value(p);
         (w.expert >= 0 ? v.select(w.expert) : v).copy_from(w.src);

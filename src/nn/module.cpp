@@ -103,7 +103,7 @@ void Module::plan_load(const StateDict& source, const std::string& prefix, LoadP
 }
 
 size_t Module::register_parameter(std::string name, Tensor value) {
-  params_.push_back(Parameter{std::move(name), std::move(value), {}, {}, false});
+  params_.push_back(Parameter{std::move(name), std::move(value), {}, {}});
   return params_.size() - 1;
 }
 
@@ -113,10 +113,7 @@ size_t Module::register_buffer(std::string name, Tensor value) {
 }
 
 Tensor& writable_value(Parameter& p) {
-  if (p.copy_on_write) {
-    p.value = p.value.clone();
-    p.copy_on_write = false;
-  }
+  if (!p.value.writable()) p.value = p.value.clone();
   return p.value;
 }
 

@@ -115,7 +115,7 @@ TEST(LoadCopies, AssignStackedIntoSingleSharesTheSourceUntilTraining) {
   EXPECT_TRUE(w.value.same_view(sd.at("weight")));
   EXPECT_EQ(w.value.storage(), src->parameters()[0].value.storage());
   EXPECT_TRUE(dst->parameters()[1].value.same_view(sd.at("bias")));
-  EXPECT_TRUE(w.copy_on_write);
+  EXPECT_FALSE(w.value.writable());
 
   testing::expect_same_pass(testing::run_pass(*src), testing::run_pass(*dst));
   const Delta step = measure([&] { sgd_step(*dst, 0.25f); });
@@ -124,7 +124,7 @@ TEST(LoadCopies, AssignStackedIntoSingleSharesTheSourceUntilTraining) {
   testing::expect_same(source_bits, sd);  // the source is untouched
   testing::expect_same(source_bits, src->state_dict());
   EXPECT_NE(dst->parameters()[0].value.storage(), sd.at("weight").storage());
-  EXPECT_FALSE(dst->parameters()[0].copy_on_write);
+  EXPECT_TRUE(dst->parameters()[0].value.writable());
   EXPECT_FALSE(dst->expert_weight(0).bit_equal(src->expert_weight(0)));  // it trained
   // A second step writes in place: no more copies.
   testing::run_pass(*dst);
@@ -168,7 +168,7 @@ TEST(LoadCopies, AssignCopiesWhereTheLayoutCannotAdopt) {
     EXPECT_EQ(d.copied_bytes, kWeightBytes + kBiasBytes);
     EXPECT_EQ(d.allocations, 0u);
     EXPECT_EQ(storages(*dst), before);
-    for (const Parameter& p : dst->parameters()) EXPECT_FALSE(p.copy_on_write);
+    for (const Parameter& p : dst->parameters()) EXPECT_TRUE(p.value.writable());
   }
 }
 
@@ -221,7 +221,7 @@ TEST(LoadCopies, LoadOverBorrowedParametersCopiesEachByteOnce) {
     const StateDict sd = second->state_dict();
     const Delta d = measure([&] { dst->load_state_dict(sd); });
     EXPECT_EQ(d.copied_bytes, kWeightBytes + kBiasBytes);
-    for (const Parameter& p : dst->parameters()) EXPECT_FALSE(p.copy_on_write) << p.name;
+    for (const Parameter& p : dst->parameters()) EXPECT_TRUE(p.value.writable()) << p.name;
     testing::expect_same_experts(*second, *dst);
     // The first checkpoint, borrowed until now, still holds its own values.
     EXPECT_FALSE(first->expert_weight(0).bit_equal(dst->expert_weight(0)));

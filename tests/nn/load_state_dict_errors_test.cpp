@@ -201,7 +201,7 @@ TEST(LoadStateDictErrors, FailedAssignLoadAdoptsNothing) {
   c.sd.set(P + "bias", Tensor::zeros({4, 3}, DType::I32));
   expect_load_fails(*c.target.root, c.sd, ErrorCode::UnsupportedConversion, {P + "bias"},
                     LoadOptions{.strict = true, .assign = true});
-  for (const Parameter& p : c.target.fc1->parameters()) EXPECT_FALSE(p.copy_on_write) << p.name;
+  for (const Parameter& p : c.target.fc1->parameters()) EXPECT_TRUE(p.value.writable()) << p.name;
 }
 
 TEST(LoadStateDictErrors, SeveralProblemsInOneError) {
