@@ -168,6 +168,8 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
     write_pt_out(*file, *src, plan, progress);
   }
   report.file_bytes = file->position();
+  // A failure to flush the folder after the rename is not reported (folder_flush_error()): the
+  // file is whole and in place, and the OS writes the folder entry back on its own.
   file->commit();
   return report;
 }

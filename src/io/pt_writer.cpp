@@ -424,6 +424,8 @@ void write_pt(FileSink& sink, const StateDict& dict) {
 void save_pt(const std::string& path, const StateDict& dict) {
   std::unique_ptr<AtomicFile> file = AtomicFile::create(path);
   write_pt(*file, dict);
+  // A failure to flush the folder after the rename is not reported (folder_flush_error()): the
+  // file is whole and in place, and the OS writes the folder entry back on its own.
   file->commit();
 }
 
