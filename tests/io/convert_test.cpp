@@ -220,6 +220,25 @@ TEST_F(ConvertTest, BadInputLeavesNoOutput) {
   EXPECT_EQ(files_in_dir(), 4u);
 }
 
+// A .pt OUT refuses what the .pt reader would refuse, before OUT is written, naming OUT and the
+// tensor (a safetensors IN may hold names longer than a .pt file allows).
+TEST_F(ConvertTest, PtOutputRefusesWhatItsReaderWouldNaming) {
+  StateDict sd = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  sd.insert(std::string(70000, 'n'), Tensor::zeros({2}, DType::F32));
+  save_safetensors(path("in.safetensors"), sd);
+  try {
+    convert_checkpoint(path("in.safetensors"), path("out.pt"));
+    FAIL() << "converted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::PickleLimitExceeded);
+    EXPECT_EQ(e.message(), "saving " + grouplin::quoted(path("out.pt")) + ": tensor \"" +
+                               std::string(200, 'n') +
+                               "\"... (70000 bytes): a name of 70000 bytes, more than the 65536 "
+                               "the .pt reader accepts");
+  }
+  EXPECT_EQ(files_in_dir(), 1u);
+}
+
 TEST_F(ConvertTest, ProgressCallbackCanAbort) {
   save_safetensors(path("in.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
   ConvertOptions o;
@@ -308,7 +327,7 @@ TEST_F(ConvertTest, PtArchiveKnowsItsRecordOffsets) {
   const std::vector<detail::PtRecordSpec> records = {{"0", 12}, {"1", 20}, {"2", 0}};
   auto out = AtomicFile::create(path("a.pt"));
   out->write(std::as_bytes(std::span("xyz", 3)));  // not at 0: the layout must follow
-  const detail::PtArchive archive(tensors, records, 3);
+  const detail::PtArchive archive(tensors, records, 3, "writing test.pt");
   archive.write(*out, [&](size_t i, zip::ZipWriter& z) -> std::optional<uint32_t> {
     z.write(std::vector<std::byte>(records[i].nbytes, std::byte{7}));
     return std::nullopt;
