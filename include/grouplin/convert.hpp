@@ -42,7 +42,8 @@ struct ConvertOptions {
   bool overwrite = false;
   // Called on the calling thread at the start, after every 16 MiB of tensor data written and at
   // the end, with the bytes of tensor data written so far and in all. May be empty; may throw
-  // to abandon the conversion (OUT is then left as it was).
+  // to abandon the conversion (OUT is then left as it was): Error(Interrupted) when a user asked
+  // to stop (the CLI does so on SIGINT and SIGTERM).
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
@@ -62,8 +63,13 @@ struct ConvertReport {
 // inode) or exists without options.overwrite; Error(UnknownFormat) when no format is given and
 // OUT's extension names none; the input's errors (IoError, UnknownFormat, the readers' codes);
 // the scan's errors (PartialExpertSet, BothLayoutsPresent, ShapeMismatch, DTypeMismatch), all
-// naming IN. While writing: Error(IoError), Error(Truncated) if IN shrinks meanwhile; OUT is
-// then left as it was (absent, or the old file).
+// naming IN; for a .pt OUT, what load_pt would refuse (Error(PickleLimitExceeded): a name over
+// 65536 bytes, more than 64 dimensions), naming OUT and the tensor, before any byte is written.
+// While writing: Error(IoError), Error(Truncated) if IN shrinks meanwhile (tensor
+// bytes are read with pread, never through the mapping, so this is an error and not a SIGBUS;
+// the message names IN, the tensor, its byte range and where IN now ends), whatever
+// options.progress throws; OUT is then left as it was (absent, or the old file), and no
+// temporary file remains.
 ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
                                  const ConvertOptions& options = {});
 

@@ -15,7 +15,12 @@
 namespace grouplin {
 
 // Every way GroupLin can fail has a name here. The list is an X-macro so that the enum, the
-// name table and the test that walks every code cannot drift apart.
+// name table and the test that walks every code cannot drift apart. Most names say what they
+// mean; a few need a word:
+//   Truncated    a file ends before what its own structure promises (or shrank while read).
+//   Interrupted  the caller stopped an operation before it finished (Ctrl-C, SIGTERM: the CLI
+//                throws it from convert's progress callback); nothing was left behind. The CLI
+//                exits with 128 + the signal number for it (130 for SIGINT), not 2.
 #define GROUPLIN_ERROR_CODES(X) \
   /* Arguments and shapes. */   \
   X(InvalidArgument)            \
@@ -48,6 +53,8 @@ namespace grouplin {
   X(UnknownFormat)              \
   X(FileTooSmall)               \
   X(Truncated)                  \
+  /* Stopped by the caller. */  \
+  X(Interrupted)                \
   /* safetensors. */            \
   X(HeaderTooLarge)             \
   X(HeaderPastEnd)              \

@@ -6,10 +6,11 @@
 //
 //   auto out = grouplin::AtomicFile::create("out.safetensors");
 //   out->write(bytes);   // goes to a temporary file in the same folder
-//   out->commit();       // flush, fsync, rename over the final name
+//   out->commit();       // fsync, rename over the final name (the commit point), fsync the folder
 //   // destroyed without commit(): the temporary file is removed, the old file is untouched
 //
-// Writers take a FileSink& so that tests can inject faults (short writes, failures midway).
+// Writers take a FileSink& so that tests can inject faults (short writes, failures midway), and
+// AtomicFile takes CommitCalls& for faults in its last steps (fsync, close, rename).
 #pragma once
 
 #include <cstddef>
@@ -56,25 +57,57 @@ class FileSink {
   virtual void commit() = 0;
 };
 
+// The system calls with which AtomicFile::commit finishes a file, behind one small interface so
+// that tests can make each step fail (tests/io/atomic_file_test.cpp). Each returns 0 or an errno
+// value. The base class makes the real calls; CommitCalls::system() is the instance
+// AtomicFile::create uses by default. Thread-safety: the base class holds no state.
+class CommitCalls {
+ public:
+  virtual ~CommitCalls() = default;
+  virtual int flush(int fd);  // fsync(fd)
+  virtual int close(int fd);  // close(fd)
+  virtual int rename(const std::string& from, const std::string& to);
+  // Makes a rename in `folder` durable: opens the folder, fsyncs and closes it. EINVAL from fsync
+  // (file systems that cannot flush a folder) counts as success. Runs after the commit point,
+  // hence noexcept.
+  virtual int flush_folder(const std::string& folder) noexcept;
+
+  static CommitCalls& system();
+};
+
 // Writes to a temporary file beside `path`; commit() fsyncs and renames it over `path`.
 class AtomicFile : public FileSink {
  public:
-  // Throws Error(IoError) if the temporary file cannot be created.
-  static std::unique_ptr<AtomicFile> create(const std::string& path);
+  // Throws Error(IoError) if the temporary file cannot be created. `calls` must outlive the file.
+  static std::unique_ptr<AtomicFile> create(const std::string& path,
+                                            CommitCalls& calls = CommitCalls::system());
   ~AtomicFile() override;  // removes the temporary file unless committed
 
   void write(std::span<const std::byte> bytes) override;
   uint64_t position() const override { return position_; }
+  // Flushes the data (fsync), closes the temporary file and renames it over `path`: the rename
+  // is the commit point. Throws Error(IoError) naming `path` when a step up to the rename fails
+  // (`path` is then untouched; the destructor removes the temporary file), or when called twice.
+  // Never throws after the rename: the file is committed then, whatever follows. Flushing the
+  // folder, which makes the rename survive a power loss, comes last; its failure is kept in
+  // folder_flush_error() instead.
   void commit() override;
+  // After commit(): "" when the folder was flushed, else why not (the new file is in place, but
+  // a crash soon after may bring back the old directory entry). Callers that cannot act on this
+  // (the savers and convert: the data itself was flushed, and the OS writes the folder back on
+  // its own shortly) may ignore it.
+  std::string folder_flush_error() const;
   const std::string& temp_path() const { return temp_path_; }
 
  private:
-  AtomicFile(std::string path, std::string temp_path, int fd);
+  AtomicFile(std::string path, std::string temp_path, int fd, CommitCalls& calls);
   std::string path_;
   std::string temp_path_;
   int fd_;
+  CommitCalls& calls_;
   uint64_t position_ = 0;
   bool committed_ = false;
+  int folder_flush_errno_ = 0;  // set by commit() after the rename: no allocation there
 };
 
 }  // namespace grouplin

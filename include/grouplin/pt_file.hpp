@@ -54,13 +54,19 @@ StateDict parse_pt(std::shared_ptr<Storage> bytes, const std::string& name_for_e
 // "archive/version". F8_E4M3, F8_E5M2, U16, U32, U64 use _rebuild_tensor_v3 + UntypedStorage as
 // PyTorch >= 2.1 does (older PyTorch cannot load those). Tensors viewing overlapping bytes of
 // one storage with one dtype share one record, as in torch; all others get their own record.
-// Streams tensor bytes to the sink; only the pickle is built in memory.
-// Throws Error(UndefinedTensor) for an undefined tensor, Error(InvalidArgument) for a name that
-// is not UTF-8, Error(IoError) from the sink.
+// Streams tensor bytes to the sink; only the pickle is built in memory. Everything is checked
+// before the first byte goes to the sink.
+// Throws, with messages starting `writing .pt: tensor "<name>": ...` (the tensor when the error is
+// about one): Error(UndefinedTensor) for an undefined tensor, Error(InvalidArgument) for a name
+// that is not UTF-8, Error(PickleLimitExceeded) for what load_pt would refuse (a name over 65536
+// bytes, more than 64 dimensions, a pickle over 256 MiB: pickle::PickleLimits), and what the sink
+// throws (Error(IoError)).
 void write_pt(FileSink& sink, const StateDict& dict);
 
 // write_pt into a temporary file beside `path`, then fsync and rename over `path`: a failure
-// leaves any existing file untouched. Throws as write_pt, and Error(IoError).
+// leaves any existing file untouched and no temporary file. Throws as write_pt, every message
+// starting `saving "<path>": ` instead, and Error(IoError) (creating, writing, flushing or
+// renaming the temporary file; never once it is renamed, see AtomicFile::commit).
 void save_pt(const std::string& path, const StateDict& dict);
 
 }  // namespace grouplin

@@ -41,24 +41,31 @@ std::string random_suffix() {
   return hex;
 }
 
-// Makes a rename in `folder` durable: without this a power loss right after commit() may bring
-// back the old directory entry.
-void fsync_folder(const std::string& folder, const std::string& path) {
-  int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    throw io_error("saving " + quote(path) + ": opening its folder " + quote(folder), errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  // Some file systems cannot fsync a directory (EINVAL); the rename itself has happened.
-  if (rc != 0 && err != EINVAL) {
-    throw io_error("saving " + quote(path) + ": flushing its folder " + quote(folder), err);
-  }
-}
-
 }  // namespace
 
-std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path) {
+int CommitCalls::flush(int fd) { return ::fsync(fd) == 0 ? 0 : errno; }
+
+int CommitCalls::close(int fd) { return ::close(fd) == 0 ? 0 : errno; }
+
+int CommitCalls::rename(const std::string& from, const std::string& to) {
+  return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+}
+
+int CommitCalls::flush_folder(const std::string& folder) noexcept {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int err = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  // Some file systems cannot fsync a directory (EINVAL): nothing more can be done there.
+  return err == EINVAL ? 0 : err;
+}
+
+CommitCalls& CommitCalls::system() {
+  static CommitCalls calls;
+  return calls;
+}
+
+std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path, CommitCalls& calls) {
   // A file we replace keeps its permission bits; a new one gets 0666 minus the umask.
   struct stat old;
   bool replacing = ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode);
@@ -72,7 +79,7 @@ std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path) {
       throw io_error("saving " + quote(path) + ": creating the temporary file " + quote(temp),
                      errno);
     }
-    std::unique_ptr<AtomicFile> file(new AtomicFile(path, temp, fd));
+    std::unique_ptr<AtomicFile> file(new AtomicFile(path, temp, fd, calls));
     if (replacing && ::fchmod(fd, old.st_mode & 07777) != 0) {
       throw io_error("saving " + quote(path) + ": setting the mode of " + quote(temp), errno);
     }
@@ -82,8 +89,8 @@ std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path) {
                                       std::to_string(kTempNameAttempts) + " attempts");
 }
 
-AtomicFile::AtomicFile(std::string path, std::string temp_path, int fd)
-    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+AtomicFile::AtomicFile(std::string path, std::string temp_path, int fd, CommitCalls& calls)
+    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd), calls_(calls) {}
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
@@ -119,20 +126,30 @@ void AtomicFile::write(std::span<const std::byte> bytes) {
 void AtomicFile::commit() {
   if (fd_ < 0) throw Error(ErrorCode::IoError, "saving " + quote(path_) + ": commit() twice");
   // Data first, then the name: after a crash the final name holds the old or the new file, whole.
-  if (::fsync(fd_) != 0) {
-    throw io_error("saving " + quote(path_) + ": flushing " + quote(temp_path_), errno);
+  const std::string folder = parent_folder(path_);  // allocated before the commit point
+  if (int err = calls_.flush(fd_)) {
+    throw io_error("saving " + quote(path_) + ": flushing " + quote(temp_path_), err);
   }
-  int fd = fd_;
+  const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) {
-    throw io_error("saving " + quote(path_) + ": closing " + quote(temp_path_), errno);
+  if (int err = calls_.close(fd)) {
+    throw io_error("saving " + quote(path_) + ": closing " + quote(temp_path_), err);
   }
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    throw io_error("saving " + quote(path_) + ": renaming " + quote(temp_path_) + " over it",
-                   errno);
+  if (int err = calls_.rename(temp_path_, path_)) {
+    throw io_error("saving " + quote(path_) + ": renaming " + quote(temp_path_) + " over it", err);
   }
+  // The commit point: the file is in place under its final name. Nothing below may throw (a
+  // caller told "failed" would believe the old file is still there); flushing the folder only
+  // makes the rename durable, and its failure is kept for folder_flush_error().
   committed_ = true;
-  fsync_folder(parent_folder(path_), path_);
+  folder_flush_errno_ = calls_.flush_folder(folder);
+}
+
+std::string AtomicFile::folder_flush_error() const {
+  if (folder_flush_errno_ == 0) return "";
+  return "saving " + quote(path_) + ": the file is in place, but flushing its folder " +
+         quote(parent_folder(path_)) + " failed: " + std::strerror(folder_flush_errno_) +
+         " (a crash soon after may bring back the old directory entry)";
 }
 
 }  // namespace grouplin

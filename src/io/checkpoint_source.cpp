@@ -70,12 +70,28 @@ std::optional<uint64_t> CheckpointSource::file_offset(const Tensor& t) const {
   return static_cast<uint64_t>(p - begin);
 }
 
+std::string CheckpointSource::describe_range(const Tensor& piece, uint64_t pos) const {
+  // The input tensor holding byte `pos` (a piece may be one expert's slice of a stacked tensor).
+  for (const auto& [name, t] : tensors_) {
+    const std::optional<uint64_t> begin = file_offset(t);
+    if (begin && pos >= *begin && pos - *begin < t.nbytes()) {
+      return "tensor " + quote(name) + " lies at bytes [" + std::to_string(*begin) + ", " +
+             std::to_string(*begin + t.nbytes()) + ") of the file";
+    }
+  }
+  const uint64_t begin = file_offset(piece).value_or(0);
+  return "tensor bytes [" + std::to_string(begin) + ", " + std::to_string(begin + piece.nbytes()) +
+         ") of the file";
+}
+
 void CheckpointSource::read(const Tensor& t, uint64_t at, std::span<std::byte> dst) const {
   std::optional<uint64_t> offset = file_offset(t);
   if (!offset) {
     if (!dst.empty()) std::memcpy(dst.data(), t.data() + at, dst.size());
     return;
   }
+  // pread, never the mapping: bytes past a new end of the file (another program truncated it)
+  // are a short read here, where touching them through the mapping would raise SIGBUS.
   uint64_t pos = *offset + at;
   std::byte* p = dst.data();
   size_t left = dst.size();
@@ -83,13 +99,19 @@ void CheckpointSource::read(const Tensor& t, uint64_t at, std::span<std::byte> d
     ssize_t n = ::pread(fd_, p, left, static_cast<off_t>(pos));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorCode::IoError, "reading " + quote(path_) + " at byte " +
-                                          std::to_string(pos) + ": " + std::strerror(errno));
+      const int err = errno;
+      throw Error(ErrorCode::IoError, "reading " + quote(path_) + ": " + describe_range(t, pos) +
+                                          "; reading byte " + std::to_string(pos) + ": " +
+                                          std::strerror(err));
     }
     if (n == 0) {
-      throw Error(ErrorCode::Truncated, "reading " + quote(path_) + " at byte " +
-                                            std::to_string(pos) +
-                                            ": the file ended (was it changed while reading?)");
+      struct stat st;
+      const std::string now = ::fstat(fd_, &st) == 0 ? "it now has " + std::to_string(st.st_size)
+                                                     : "its size cannot be read now, it had";
+      throw Error(ErrorCode::Truncated, "reading " + quote(path_) + ": " + describe_range(t, pos) +
+                                            ", but the file ended at byte " + std::to_string(pos) +
+                                            ": " + now + " bytes, " + std::to_string(size_) +
+                                            " when opened (was it changed while being read?)");
     }
     p += n;
     left -= static_cast<size_t>(n);

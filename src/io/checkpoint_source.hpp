@@ -53,13 +53,18 @@ class CheckpointSource {
   // nullopt when they are in memory the reader allocated.
   std::optional<uint64_t> file_offset(const Tensor& t) const;
 
-  // Copies bytes [at, at + dst.size()) of `t` into `dst`: pread from the file, or memcpy from
-  // memory. Throws Error(IoError) on a read error, Error(Truncated) if the file shrank.
-  // Requires: at + dst.size() <= t.nbytes().
+  // Copies bytes [at, at + dst.size()) of `t` into `dst`: pread from the file (never through the
+  // mapping, so a file truncated meanwhile cannot raise SIGBUS), or memcpy from memory.
+  // Throws Error(IoError) on a read error, Error(Truncated) if the file ends early (it shrank
+  // since open()); both name the file, the input tensor and its byte range, and the byte where
+  // reading stopped. Requires: at + dst.size() <= t.nbytes().
   void read(const Tensor& t, uint64_t at, std::span<std::byte> dst) const;
 
  private:
   CheckpointSource() = default;
+  // `tensor "<name>" lies at bytes [b, e) of the file`: the input tensor holding byte `pos` of
+  // the file, for error messages (`piece`'s own range if no tensor holds it).
+  std::string describe_range(const Tensor& piece, uint64_t pos) const;
 
   std::string path_;
   CheckpointFormat format_ = CheckpointFormat::Safetensors;

@@ -73,7 +73,7 @@ void write_safetensors_out(FileSink& sink, const detail::CheckpointSource& src,
 }
 
 void write_pt_out(FileSink& sink, const detail::CheckpointSource& src, const ConversionPlan& plan,
-                  Progress& progress) {
+                  const std::string& context, Progress& progress) {
   // One record per tensor, numbered in dict order, as save_pt writes tensors that share nothing.
   std::vector<detail::PtTensorSpec> tensors;
   std::vector<detail::PtRecordSpec> records;
@@ -88,7 +88,7 @@ void write_pt_out(FileSink& sink, const detail::CheckpointSource& src, const Con
   }
   // The reader thread computes each record's CRC-32 (the zip format needs it) as it reads, and
   // cuts its chunks on the output's grid, as every record's place is known before writing.
-  const detail::PtArchive archive(tensors, records, sink.position());
+  const detail::PtArchive archive(tensors, records, sink.position(), context);
   std::vector<uint64_t> offsets;
   offsets.reserve(records.size());
   for (size_t k = 0; k < records.size(); ++k) offsets.push_back(archive.record_data_offset(k));
@@ -165,9 +165,11 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
     // A .pt file has no metadata; a safetensors one keeps its own.
     write_safetensors_out(*file, *src, plan, src->metadata(), "saving " + quote(out), progress);
   } else {
-    write_pt_out(*file, *src, plan, progress);
+    write_pt_out(*file, *src, plan, "saving " + quote(out), progress);
   }
   report.file_bytes = file->position();
+  // A failure to flush the folder after the rename is not reported (folder_flush_error()): the
+  // file is whole and in place, and the OS writes the folder entry back on its own.
   file->commit();
   return report;
 }

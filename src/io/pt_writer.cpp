@@ -32,7 +32,8 @@ struct TorchType {
   const char* dtype;    // "float8_e4m3fn" for v3 dtypes
 };
 
-TorchType torch_type(DType t) {
+// Requires: t is one of the DType enumerators (the error is for a value outside them).
+TorchType torch_type(DType t, const std::string& context, const std::string& name) {
   switch (t) {
     case DType::F32:
       return {"FloatStorage", nullptr};
@@ -65,7 +66,9 @@ TorchType torch_type(DType t) {
     case DType::U64:
       return {nullptr, "uint64"};
   }
-  throw Error(ErrorCode::UnsupportedDType, "no PyTorch type for this dtype");
+  throw Error(ErrorCode::UnsupportedDType, context + ": tensor " + quote(name) + ": dtype value " +
+                                               std::to_string(static_cast<int>(t)) +
+                                               " has no PyTorch type");
 }
 
 // A storage record: bytes [begin, end) of one Storage, viewed by one or more tensors.
@@ -235,7 +238,8 @@ class Pickler {
 };
 
 std::vector<std::byte> make_pickle(std::span<const detail::PtTensorSpec> tensors,
-                                   std::span<const detail::PtRecordSpec> records) {
+                                   std::span<const detail::PtRecordSpec> records,
+                                   const std::string& context) {
   Pickler p;
   p.raw(0x80);
   p.raw(2);
@@ -246,7 +250,7 @@ std::vector<std::byte> make_pickle(std::span<const detail::PtTensorSpec> tensors
   for (const detail::PtTensorSpec& t : tensors) {
     if (i % kSetItemsBatch == 0) p.raw('(');
     const detail::PtRecordSpec& r = records[t.record];
-    const TorchType type = torch_type(t.dtype);
+    const TorchType type = torch_type(t.dtype, context, t.name);
     const bool v3 = type.storage == nullptr;
     p.string(t.name);
     p.global(v3 ? "torch._utils._rebuild_tensor_v3" : "torch._utils._rebuild_tensor_v2");
@@ -309,20 +313,60 @@ std::vector<std::byte> make_pickle(std::span<const detail::PtTensorSpec> tensors
   return std::move(p.bytes());
 }
 
+// What the reader's pickle machine would refuse in a tensor, checked before the pickle is built
+// so that the error names the tensor (the machine's own error names an offset in the pickle).
+void check_tensor_for_reader(const detail::PtTensorSpec& t, const std::string& context,
+                             const pickle::PickleLimits& limits) {
+  if (!utf8::is_valid(t.name, /*allow_surrogates=*/true)) {
+    throw Error(ErrorCode::InvalidArgument,
+                context + ": tensor name " + quote(t.name) + " is not valid UTF-8");
+  }
+  if (t.name.size() > limits.max_string) {
+    throw Error(ErrorCode::PickleLimitExceeded,
+                context + ": tensor " + quote(t.name) + ": a name of " +
+                    std::to_string(t.name.size()) + " bytes, more than the " +
+                    std::to_string(limits.max_string) + " the .pt reader accepts");
+  }
+  if (t.shape.size() > limits.max_rank) {
+    throw Error(ErrorCode::PickleLimitExceeded,
+                context + ": tensor " + quote(t.name) + ": " + std::to_string(t.shape.size()) +
+                    " dimensions, more than the " + std::to_string(limits.max_rank) +
+                    " the .pt reader accepts");
+  }
+}
+
 // The reader's own check of what is about to be written.
 void verify_pickle(std::span<const std::byte> pkl, std::span<const detail::PtTensorSpec> tensors,
-                   std::span<const detail::PtRecordSpec> records) {
-  pickle::PickledStateDict back = pickle::run_pickle(pkl);
-  bool same = back.tensors.size() == tensors.size() && back.storages.size() == records.size();
-  for (size_t i = 0; same && i < tensors.size(); ++i) {
-    const detail::PtTensorSpec& t = tensors[i];
-    const auto& [bname, bt] = back.tensors[i];
-    same = bname == t.name && bt.shape == t.shape && bt.dtype == t.dtype &&
-           bt.storage < records.size() &&
-           back.storages[bt.storage].nbytes() == records[bt.storage].nbytes;
+                   std::span<const detail::PtRecordSpec> records, const std::string& context,
+                   const pickle::PickleLimits& limits) {
+  if (pkl.size() > limits.max_bytes) {
+    throw Error(ErrorCode::PickleLimitExceeded,
+                context + ": the pickle of " + std::to_string(tensors.size()) + " tensors has " +
+                    std::to_string(pkl.size()) + " bytes, more than the " +
+                    std::to_string(limits.max_bytes) + " the .pt reader accepts");
   }
-  if (!same)
-    throw Error(ErrorCode::InvalidPickle, "writing .pt: the pickle does not read back as written");
+  pickle::PickledStateDict back;
+  try {
+    back = pickle::run_pickle(pkl, limits);
+  } catch (const Error& e) {
+    throw Error(e.code(), context + ": the pickle does not read back: " + e.message());
+  }
+  if (back.tensors.size() != tensors.size() || back.storages.size() != records.size()) {
+    throw Error(ErrorCode::InvalidPickle,
+                context + ": the pickle reads back as " + std::to_string(back.tensors.size()) +
+                    " tensors and " + std::to_string(back.storages.size()) + " storages, not " +
+                    std::to_string(tensors.size()) + " and " + std::to_string(records.size()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const detail::PtTensorSpec& t = tensors[i];
+    const auto& [name, bt] = back.tensors[i];
+    if (name != t.name || bt.shape != t.shape || bt.dtype != t.dtype ||
+        bt.storage >= records.size() ||
+        back.storages[bt.storage].nbytes() != records[bt.storage].nbytes) {
+      throw Error(ErrorCode::InvalidPickle, context + ": tensor " + quote(t.name) +
+                                                " does not read back from the pickle as written");
+    }
+  }
 }
 
 }  // namespace
@@ -330,14 +374,12 @@ void verify_pickle(std::span<const std::byte> pkl, std::span<const detail::PtTen
 namespace detail {
 
 PtArchive::PtArchive(std::span<const PtTensorSpec> tensors, std::span<const PtRecordSpec> records,
-                     uint64_t start_position)
-    : start_position_(start_position) {
-  for (const PtTensorSpec& t : tensors) {
-    if (!utf8::is_valid(t.name, /*allow_surrogates=*/true))
-      throw Error(ErrorCode::InvalidArgument, "writing .pt: tensor name is not UTF-8");
-  }
-  pickle_ = make_pickle(tensors, records);
-  verify_pickle(pickle_, tensors, records);
+                     uint64_t start_position, std::string context,
+                     const pickle::PickleLimits& limits)
+    : start_position_(start_position), context_(std::move(context)) {
+  for (const PtTensorSpec& t : tensors) check_tensor_for_reader(t, context_, limits);
+  pickle_ = make_pickle(tensors, records, context_);
+  verify_pickle(pickle_, tensors, records, context_, limits);
 
   // The records in file order: data.pkl, byteorder, the storages, version.
   const std::string folder(kFolder);
@@ -365,10 +407,12 @@ void PtArchive::write(
     const std::function<std::optional<uint32_t>(size_t, zip::ZipWriter&)>& write_record) const {
   if (sink.position() != start_position_) {
     throw Error(ErrorCode::InvalidArgument,
-                "writing .pt: the sink is at byte " + std::to_string(sink.position()) +
+                context_ + ": the sink is at byte " + std::to_string(sink.position()) +
                     ", the archive was laid out for byte " + std::to_string(start_position_));
   }
-  zip::ZipWriter zip(sink);
+  zip::ZipWriter::Options options;
+  options.context = context_;
+  zip::ZipWriter zip(sink, options);
   const size_t storages = names_.size() - 3;
   zip.add_record(names_[0], pickle_);
   zip.add_record(names_[1], std::as_bytes(std::span(kLittle.data(), kLittle.size())));
@@ -386,19 +430,23 @@ void PtArchive::write(
 
 void write_pt_archive(
     FileSink& sink, std::span<const PtTensorSpec> tensors, std::span<const PtRecordSpec> records,
+    const std::string& context,
     const std::function<std::optional<uint32_t>(size_t, zip::ZipWriter&)>& write_record) {
-  PtArchive(tensors, records, sink.position()).write(sink, write_record);
+  PtArchive(tensors, records, sink.position(), context).write(sink, write_record);
 }
 
 }  // namespace detail
 
-void write_pt(FileSink& sink, const StateDict& dict) {
+namespace {
+
+// write_pt with `context` starting every error message: "writing .pt" for a sink, `saving
+// "out.pt"` for a file.
+void write_pt_file(FileSink& sink, const StateDict& dict, const std::string& context) {
   for (const auto& [name, t] : dict) {
-    if (!t.defined())
+    if (!t.defined()) {
       throw Error(ErrorCode::UndefinedTensor,
-                  "writing .pt: tensor " + quote(name) + " is undefined");
-    if (!utf8::is_valid(name, /*allow_surrogates=*/true))
-      throw Error(ErrorCode::InvalidArgument, "writing .pt: tensor name is not UTF-8");
+                  context + ": tensor " + quote(name) + " is undefined");
+    }
   }
   const Plan plan = plan_records(dict);
   std::vector<detail::PtTensorSpec> tensors;
@@ -413,19 +461,26 @@ void write_pt(FileSink& sink, const StateDict& dict) {
   records.reserve(plan.records.size());
   for (const Record& r : plan.records) records.push_back({r.key, r.end - r.begin});
 
-  detail::write_pt_archive(
-      sink, tensors, records, [&](size_t k, zip::ZipWriter& zip) -> std::optional<uint32_t> {
-        const Record& r = plan.records[k];
-        for (size_t at = r.begin; at < r.end; at += std::min(kChunk, r.end - at)) {
-          zip.write({r.storage->data() + at, std::min(kChunk, r.end - at)});
-        }
-        return std::nullopt;
-      });
+  detail::write_pt_archive(sink, tensors, records, context,
+                           [&](size_t k, zip::ZipWriter& zip) -> std::optional<uint32_t> {
+                             const Record& r = plan.records[k];
+                             for (size_t at = r.begin; at < r.end;
+                                  at += std::min(kChunk, r.end - at)) {
+                               zip.write({r.storage->data() + at, std::min(kChunk, r.end - at)});
+                             }
+                             return std::nullopt;
+                           });
 }
+
+}  // namespace
+
+void write_pt(FileSink& sink, const StateDict& dict) { write_pt_file(sink, dict, "writing .pt"); }
 
 void save_pt(const std::string& path, const StateDict& dict) {
   std::unique_ptr<AtomicFile> file = AtomicFile::create(path);
-  write_pt(*file, dict);
+  write_pt_file(*file, dict, "saving " + quote(path));
+  // A failure to flush the folder after the rename is not reported (folder_flush_error()): the
+  // file is whole and in place, and the OS writes the folder entry back on its own.
   file->commit();
 }
 

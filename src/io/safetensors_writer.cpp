@@ -220,6 +220,8 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
   std::unique_ptr<AtomicFile> file = AtomicFile::create(path);
   write_file(*file, tensors, metadata, "saving " + quote(path));
+  // A failure to flush the folder after the rename is not reported (folder_flush_error()): the
+  // file is whole and in place, and the OS writes the folder entry back on its own.
   file->commit();
 }
 

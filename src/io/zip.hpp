@@ -85,6 +85,7 @@ class ZipWriter {
   struct Options {
     uint64_t alignment = 64;   // record data alignment (a power of two, at most 4096)
     bool force_zip64 = false;  // ZIP64 extra fields on every record (tests of the ZIP64 paths)
+    std::string context = "zip writer";  // starts error messages (`saving "out.pt"`)
   };
 
   // `sink` must outlive the writer; nothing is written before the first record.

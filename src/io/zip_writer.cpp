@@ -43,8 +43,8 @@ ZipWriter::ZipWriter(FileSink& sink) : ZipWriter(sink, Options{}) {}
 ZipWriter::ZipWriter(FileSink& sink, Options options) : sink_(sink), options_(options) {
   uint64_t a = options_.alignment;
   if (a == 0 || (a & (a - 1)) != 0 || a > 4096) {
-    throw Error(ErrorCode::InvalidArgument,
-                "zip writer: alignment " + std::to_string(a) + " is not a power of two up to 4096");
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": alignment " + std::to_string(a) +
+                                                " is not a power of two up to 4096");
   }
 }
 
@@ -65,17 +65,18 @@ ZipWriter::RecordLayout ZipWriter::record_layout(uint64_t offset, std::string_vi
 
 void ZipWriter::begin_record(std::string_view name, uint64_t size) {
   if (open_ || finished_) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(name) +
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": record " +
+                                                quote(std::string(name)) +
                                                 " started while another is open or after finish");
   }
   if (name.empty() || name.size() > kMax16) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record name of " +
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": record name of " +
                                                 std::to_string(name.size()) +
                                                 " bytes (must be 1 to 65535)");
   }
   if (names_.count(std::string(name)) != 0) {
     throw Error(ErrorCode::DuplicateName,
-                "zip writer: record " + quote(std::string(name)) + " written twice");
+                options_.context + ": record " + quote(std::string(name)) + " written twice");
   }
   const uint64_t offset = sink_.position();
   const RecordLayout layout = record_layout(offset, name, size, options_);
@@ -116,11 +117,13 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size) {
 }
 
 void ZipWriter::write(std::span<const std::byte> bytes) {
-  if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: write with no open record");
+  if (!open_)
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": write with no open record");
   const Written& w = written_.back();
   if (bytes.size() > w.size - open_written_) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(w.name) + " declared " +
-                                                std::to_string(w.size) + " bytes, got more");
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": record " + quote(w.name) +
+                                                " declared " + std::to_string(w.size) +
+                                                " bytes, got more");
   }
   open_crc_ = crc32(open_crc_, bytes);
   put(bytes);
@@ -128,11 +131,13 @@ void ZipWriter::write(std::span<const std::byte> bytes) {
 }
 
 void ZipWriter::write_without_crc(std::span<const std::byte> bytes) {
-  if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: write with no open record");
+  if (!open_)
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": write with no open record");
   const Written& w = written_.back();
   if (bytes.size() > w.size - open_written_) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(w.name) + " declared " +
-                                                std::to_string(w.size) + " bytes, got more");
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": record " + quote(w.name) +
+                                                " declared " + std::to_string(w.size) +
+                                                " bytes, got more");
   }
   open_crc_partial_ = true;
   put(bytes);
@@ -142,19 +147,20 @@ void ZipWriter::write_without_crc(std::span<const std::byte> bytes) {
 void ZipWriter::end_record() {
   if (open_crc_partial_) {
     throw Error(ErrorCode::InvalidArgument,
-                "zip writer: record " + quote(written_.back().name) +
+                options_.context + ": record " + quote(written_.back().name) +
                     " has bytes written without CRC: close it with end_record(crc)");
   }
   end_record(open_crc_);
 }
 
 void ZipWriter::end_record(uint32_t crc) {
-  if (!open_) throw Error(ErrorCode::InvalidArgument, "zip writer: end_record with no open record");
+  if (!open_)
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": end_record with no open record");
   Written& w = written_.back();
   if (open_written_ != w.size) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: record " + quote(w.name) + " declared " +
-                                                std::to_string(w.size) + " bytes, got " +
-                                                std::to_string(open_written_));
+    throw Error(ErrorCode::InvalidArgument, options_.context + ": record " + quote(w.name) +
+                                                " declared " + std::to_string(w.size) +
+                                                " bytes, got " + std::to_string(open_written_));
   }
   w.crc32 = crc;
   Bytes d;
@@ -180,7 +186,8 @@ void ZipWriter::add_record(std::string_view name, std::span<const std::byte> byt
 
 void ZipWriter::finish() {
   if (open_ || finished_) {
-    throw Error(ErrorCode::InvalidArgument, "zip writer: finish with a record open or twice");
+    throw Error(ErrorCode::InvalidArgument,
+                options_.context + ": finish with a record open or twice");
   }
   const uint64_t cd_offset = sink_.position();
   for (const Written& w : written_) {

@@ -139,6 +139,85 @@ TEST_F(AtomicFileTest, LargeWritesArriveWhole) {
   EXPECT_EQ(read_file(path_), big);
 }
 
+// Makes one step of AtomicFile::commit fail with `err`; the other steps are the real calls.
+class FailingCommitCalls : public CommitCalls {
+ public:
+  enum class Step { Flush, Close, Rename, FlushFolder };
+  FailingCommitCalls(Step step, int err) : step_(step), err_(err) {}
+  int flush(int fd) override { return step_ == Step::Flush ? err_ : CommitCalls::flush(fd); }
+  int close(int fd) override {
+    const int real = CommitCalls::close(fd);  // Linux closes the descriptor even when close fails
+    return step_ == Step::Close ? err_ : real;
+  }
+  int rename(const std::string& from, const std::string& to) override {
+    return step_ == Step::Rename ? err_ : CommitCalls::rename(from, to);
+  }
+  int flush_folder(const std::string& folder) noexcept override {
+    return step_ == Step::FlushFolder ? err_ : CommitCalls::flush_folder(folder);
+  }
+
+ private:
+  Step step_;
+  int err_;
+};
+
+// Up to the rename, a failing step is an IoError naming the file, the step and the OS error; the
+// old file stays and the temporary goes.
+TEST_F(AtomicFileTest, CommitStepFailingBeforeTheRenameThrowsAndKeepsTheOldFile) {
+  using Step = FailingCommitCalls::Step;
+  const std::pair<Step, std::string> steps[] = {
+      {Step::Flush, "flushing"}, {Step::Close, "closing"}, {Step::Rename, "renaming"}};
+  for (const auto& [step, verb] : steps) {
+    SCOPED_TRACE(verb);
+    write_old("old");
+    FailingCommitCalls calls(step, EIO);
+    {
+      auto f = AtomicFile::create(path_, calls);
+      f->write(as_bytes("new"));
+      try {
+        f->commit();
+        FAIL() << "no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::IoError);
+        const std::string tail = step == Step::Rename ? " over it: " : ": ";
+        EXPECT_EQ(e.message(), "saving " + grouplin::quote(path_) + ": " + verb + " " +
+                                   grouplin::quote(f->temp_path()) + tail + std::strerror(EIO));
+      }
+      EXPECT_EQ(f->folder_flush_error(), "");
+    }
+    EXPECT_EQ(read_file(path_), "old");
+    EXPECT_TRUE(temporaries().empty());
+  }
+}
+
+// Regression test for commit() throwing after its commit point: it renamed the temporary file into
+// place, then threw IoError when the folder could not be flushed, so a caller believed the old
+// file was still there. Once renamed, the file is committed: commit() returns, and the failure
+// is kept in folder_flush_error().
+TEST_F(AtomicFileTest, FolderFlushFailingAfterTheRenameDoesNotThrow) {
+  write_old("old");
+  FailingCommitCalls calls(FailingCommitCalls::Step::FlushFolder, EIO);
+  auto f = AtomicFile::create(path_, calls);
+  f->write(as_bytes("new"));
+  EXPECT_NO_THROW(f->commit());
+  EXPECT_EQ(read_file(path_), "new");
+  EXPECT_TRUE(temporaries().empty());
+  EXPECT_EQ(f->folder_flush_error(),
+            "saving " + grouplin::quote(path_) +
+                ": the file is in place, but flushing its folder " +
+                grouplin::quote(dir_.string()) + " failed: " + std::strerror(EIO) +
+                " (a crash soon after may bring back the old directory entry)");
+  EXPECT_THROW(f->commit(), Error);  // committed once: a second commit is still refused
+  EXPECT_EQ(read_file(path_), "new");
+}
+
+TEST_F(AtomicFileTest, FolderFlushErrorIsEmptyAfterARealCommit) {
+  auto f = AtomicFile::create(path_);
+  f->write(as_bytes("x"));
+  f->commit();
+  EXPECT_EQ(f->folder_flush_error(), "");
+}
+
 // A short write (the file size limit cuts the first write) is continued, and the failure of the
 // next write is an IoError with the position and the OS error. Runs in a child because the limit
 // is per process.

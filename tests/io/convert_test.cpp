@@ -17,6 +17,7 @@
 #include "grouplin/inspect.hpp"
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "io/checkpoint_source.hpp"
 #include "io/crc32_clmul.hpp"
 #include "io/moe_checkpoint.hpp"
 #include "io/pt_writer.hpp"
@@ -219,6 +220,87 @@ TEST_F(ConvertTest, BadInputLeavesNoOutput) {
   EXPECT_EQ(files_in_dir(), 4u);
 }
 
+// A .pt OUT refuses what the .pt reader would refuse, before OUT is written, naming OUT and the
+// tensor (a safetensors IN may hold names longer than a .pt file allows).
+TEST_F(ConvertTest, PtOutputRefusesWhatItsReaderWouldNaming) {
+  StateDict sd = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  sd.insert(std::string(70000, 'n'), Tensor::zeros({2}, DType::F32));
+  save_safetensors(path("in.safetensors"), sd);
+  try {
+    convert_checkpoint(path("in.safetensors"), path("out.pt"));
+    FAIL() << "converted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::PickleLimitExceeded);
+    EXPECT_EQ(e.message(), "saving " + grouplin::quote(path("out.pt")) + ": tensor \"" +
+                               std::string(512, 'n') +
+                               "\"... (70000 bytes): a name of 70000 bytes, more than the 65536 "
+                               "the .pt reader accepts");
+  }
+  EXPECT_EQ(files_in_dir(), 1u);
+}
+
+// IN shrinking while it is converted (another program truncating it): convert reads tensor bytes
+// with pread, so the short read is Error(Truncated) naming IN, the tensor and the byte counts
+// (touching mapped pages past the new end would have been a SIGBUS, a crash); nothing is left
+// at OUT. The progress callback cuts the file: before the first byte is read (at a place in the
+// middle of "big.weight2"), and after the first 16 MiB have been written, when the reader
+// thread is at most its four 256 KiB buffers ahead, to 8 MiB.
+TEST_F(ConvertTest, InputShrinkingMidwayIsTruncatedAndLeavesNothing) {
+  const std::vector<MoeModuleSpec> big = {{"big.", 6, 1024, 1024, false, DType::F32}};  // 24 MiB
+  const StateDict sd = moe_state_dict(big, ExpertLayout::PerExpert, /*extras=*/false);
+  for (CheckpointFormat in_format : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
+    for (const char* out_name : {"out.safetensors", "out.pt"}) {
+      for (const bool midway : {false, true}) {
+        const std::string in = path("in");
+        const std::string out = path(out_name);
+        SCOPED_TRACE(std::string(format_name(in_format)) + " -> " + out_name +
+                     (midway ? ", cut after 16 MiB" : ", cut at the start"));
+        save_checkpoint(in, sd, in_format);
+        const uint64_t size = fs::file_size(in);
+        uint64_t w2 = 0;  // where big.weight2 starts in IN
+        {
+          auto src = detail::CheckpointSource::open(in);
+          w2 = *src->file_offset(src->tensors().at("big.weight2"));
+        }
+        const uint64_t cut = midway ? uint64_t{8} << 20 : w2 + 1000;
+        bool cut_done = false;
+        ConvertOptions o;
+        o.layout = ExpertLayout::Single;  // reads weight0, weight1, ... in order
+        o.progress = [&](uint64_t done, uint64_t) {
+          if (!cut_done && (done > 0) == midway) {
+            fs::resize_file(in, cut);
+            cut_done = true;
+          }
+        };
+        try {
+          convert_checkpoint(in, out, o);
+          FAIL() << "converted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::Truncated) << e.what();
+          const std::string tail = ": it now has " + std::to_string(cut) + " bytes, " +
+                                   std::to_string(size) +
+                                   " when opened (was it changed while being read?)";
+          if (midway) {
+            EXPECT_EQ(
+                e.message().rfind("reading " + grouplin::quote(in) + ": tensor \"big.weight", 0),
+                0u)
+                << e.message();
+            EXPECT_TRUE(e.message().ends_with(tail)) << e.message();
+          } else {
+            EXPECT_EQ(e.message(), "reading " + grouplin::quote(in) +
+                                       ": tensor \"big.weight2\" lies at bytes [" +
+                                       std::to_string(w2) + ", " + std::to_string(w2 + (4 << 20)) +
+                                       ") of the file, but the file ended at byte " +
+                                       std::to_string(cut) + tail);
+          }
+        }
+        EXPECT_TRUE(cut_done);
+        EXPECT_EQ(files_in_dir(), 1u);  // IN only: neither OUT nor a temporary file
+      }
+    }
+  }
+}
+
 TEST_F(ConvertTest, ProgressCallbackCanAbort) {
   save_safetensors(path("in.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
   ConvertOptions o;
@@ -308,7 +390,7 @@ TEST_F(ConvertTest, PtArchiveKnowsItsRecordOffsets) {
   const std::vector<detail::PtRecordSpec> records = {{"0", 12}, {"1", 20}, {"2", 0}};
   auto out = AtomicFile::create(path("a.pt"));
   out->write(std::as_bytes(std::span("xyz", 3)));  // not at 0: the layout must follow
-  const detail::PtArchive archive(tensors, records, 3);
+  const detail::PtArchive archive(tensors, records, 3, "writing test.pt");
   archive.write(*out, [&](size_t i, zip::ZipWriter& z) -> std::optional<uint32_t> {
     z.write(std::vector<std::byte>(records[i].nbytes, std::byte{7}));
     return std::nullopt;

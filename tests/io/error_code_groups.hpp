@@ -7,8 +7,9 @@
 
 namespace grouplin::test_io {
 
-// Arguments, tensors, layers, state dicts, and opening or mapping the file (IoError, tested in
-// mapped_file_test.cpp): raised by other layers, never by parsing a file's bytes.
+// Arguments, tensors, layers, state dicts, opening or mapping the file (IoError, tested in
+// mapped_file_test.cpp), and a caller stopping the work (Interrupted, tested in
+// tests/tools/cli_test.cpp): raised by other layers, never by parsing a file's bytes.
 inline bool raised_outside_file_parsing(ErrorCode code) {
   switch (code) {
     case ErrorCode::InvalidArgument:  // only for a null storage argument, not for file content
@@ -32,6 +33,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::Fp8ScalesNotApplied:
     case ErrorCode::LoadFailed:
     case ErrorCode::IoError:
+    case ErrorCode::Interrupted:  // thrown by a caller's callback (the CLI on Ctrl-C), never a file
       return true;
     default:
       return false;

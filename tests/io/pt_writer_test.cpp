@@ -1,6 +1,12 @@
 // write_pt / save_pt: layout of the archive, round trips through parse_pt for every dtype,
-// shared storages, determinism, refused inputs, and failures midway (through FileSink).
+// shared storages, determinism, refused inputs, and failures midway (through FileSink); every
+// error save_pt can raise, with its code and its message naming the file and the tensor.
+#include "io/pt_writer.hpp"
+
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +20,7 @@
 #include "grouplin/pt_file.hpp"
 #include "io/memory_sink.hpp"
 #include "io/zip.hpp"
+#include "temp_dir_test.hpp"
 
 namespace grouplin {
 namespace {
@@ -218,6 +225,156 @@ TEST(PtWriter, SaveIsAtomic) {
   save_pt(path.string(), mapped);
   expect_same(sd, load_pt(path.string()));
   fs::remove_all(dir);
+}
+
+// ---- save_pt's errors: each names the output file and, when it is about one, the tensor. ----
+// (The failures of AtomicFile::commit, which save_pt calls last, are tested with injected faults
+// in atomic_file_test.cpp; their messages start with the same `saving "<path>": `.)
+
+class SavePtErrors : public test_files::TempDirTest {
+ protected:
+  SavePtErrors() : TempDirTest("grouplin_save_pt") {}
+
+  // The names in the test folder (a temporary file left behind would show here).
+  std::vector<std::string> files() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+TEST_F(SavePtErrors, EachRefusedInputNamesTheFileAndTheTensor) {
+  const std::string out = path("out.pt");
+  const std::string saving = "saving " + grouplin::quote(out) + ": ";
+  StateDict old;
+  old.insert("old", filled({3}, DType::F32, 7));
+  struct Case {
+    const char* what;
+    std::string name;
+    Tensor tensor;
+    ErrorCode code;
+    std::string message;
+  };
+  const std::string long_name(65537, 'n');
+  const Case cases[] = {
+      {"undefined", "w", Tensor(), ErrorCode::UndefinedTensor, "tensor \"w\" is undefined"},
+      {"not UTF-8", "bad\xff", filled({1}, DType::F32, 1), ErrorCode::InvalidArgument,
+       "tensor name \"bad\\xff\" is not valid UTF-8"},
+      {"long name", long_name, filled({1}, DType::F32, 1), ErrorCode::PickleLimitExceeded,
+       "tensor \"" + std::string(512, 'n') +
+           "\"... (65537 bytes): a name of 65537 bytes, more than the 65536 the .pt reader "
+           "accepts"},
+      {"rank", "deep", Tensor::zeros(Shape(65, 1), DType::F32), ErrorCode::PickleLimitExceeded,
+       "tensor \"deep\": 65 dimensions, more than the 64 the .pt reader accepts"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    save_pt(out, old);
+    const std::string before = test_files::read_all(out);
+    StateDict sd;
+    sd.insert("fine", filled({2}, DType::F32, 2));
+    sd.insert(c.name, c.tensor);
+    try {
+      save_pt(out, sd);
+      FAIL() << "saved";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), c.code) << e.what();
+      EXPECT_EQ(e.message(), saving + c.message);
+    }
+    EXPECT_EQ(test_files::read_all(out), before);  // the old file is untouched
+    EXPECT_EQ(files(), std::vector<std::string>{"out.pt"});
+  }
+}
+
+// The writer's limits are the reader's: a name of exactly 65536 bytes and 64 dimensions load.
+TEST_F(SavePtErrors, TheLimitsThemselvesAreAccepted) {
+  StateDict sd;
+  sd.insert(std::string(65536, 'n'), filled({2}, DType::F32, 1));
+  sd.insert("deep", Tensor::zeros(Shape(64, 1), DType::F32));
+  save_pt(path("out.pt"), sd);
+  expect_same(sd, load_pt(path("out.pt")));
+}
+
+TEST_F(SavePtErrors, MissingFolderIsAnIoErrorNamingTheFile) {
+  const std::string out = path("no/such/out.pt");
+  StateDict sd;
+  sd.insert("w", filled({4}, DType::F32, 1));
+  try {
+    save_pt(out, sd);
+    FAIL() << "saved";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::IoError);
+    const std::string head =
+        "saving " + grouplin::quote(out) + ": creating the temporary file \"" + out + ".tmp.";
+    EXPECT_EQ(e.message().rfind(head, 0), 0u) << e.message();
+    EXPECT_TRUE(e.message().ends_with(std::string("\": ") + std::strerror(ENOENT))) << e.message();
+  }
+}
+
+// A write failing midway (the file size limit, in a child process since the limit is
+// per-process): an IoError naming the file, its temporary file and the byte; nothing left.
+TEST_F(SavePtErrors, WriteFailingMidwayIsAnIoErrorNamingTheFile) {
+  const std::string out = path("out.pt");
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = {4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::string report = "no error";
+    try {
+      StateDict sd;
+      sd.insert("w", filled({1 << 14}, DType::F32, 1));  // 64 KiB
+      save_pt(out, sd);
+    } catch (const Error& e) {
+      report = std::string(error_code_name(e.code())) + "|" + e.message();
+    }
+    const ssize_t n = ::write(fds[1], report.data(), report.size());
+    ::_exit(n == static_cast<ssize_t>(report.size()) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string report;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, n);
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string head =
+      "IoError|saving " + grouplin::quote(out) + ": writing \"" + out + ".tmp.";
+  EXPECT_EQ(report.rfind(head, 0), 0u) << report;
+  EXPECT_NE(report.find("\" at byte "), std::string::npos) << report;
+  EXPECT_TRUE(report.ends_with(std::string(": ") + std::strerror(EFBIG))) << report;
+  EXPECT_TRUE(files().empty());
+}
+
+// A pickle larger than the reader accepts (256 MiB by default; small limits here) is refused
+// before anything is written, naming the file.
+TEST(PtWriter, PickleOverTheReaderLimitIsRefused) {
+  std::vector<detail::PtTensorSpec> tensors;
+  std::vector<detail::PtRecordSpec> records;
+  for (size_t k = 0; k < 20; ++k) {
+    std::string name = "t";  // appended: GCC 12 warns (-Wrestrict) falsely on "t" + std::string
+    name += std::to_string(k);
+    tensors.push_back({name, DType::F32, {1}, k, 0});
+    records.push_back({std::to_string(k), 4});
+  }
+  pickle::PickleLimits limits;
+  limits.max_bytes = 512;
+  try {
+    detail::PtArchive archive(tensors, records, 0, "saving \"x.pt\"", limits);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::PickleLimitExceeded);
+    EXPECT_EQ(e.message().rfind("saving \"x.pt\": the pickle of 20 tensors has ", 0), 0u)
+        << e.message();
+    EXPECT_TRUE(e.message().ends_with(" bytes, more than the 512 the .pt reader accepts"))
+        << e.message();
+  }
 }
 
 }  // namespace

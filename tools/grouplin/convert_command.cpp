@@ -1,14 +1,15 @@
 // grouplin convert IN OUT --layout single|per-expert [--format safetensors|pt] [--force] [--quiet]
 // The work is grouplin::convert_checkpoint; this file parses options, draws the progress bar and
-// turns Ctrl-C into a clean failure (the temporary file is removed, OUT is left as it was).
+// turns Ctrl-C or SIGTERM into Error(Interrupted) (the temporary file is removed, OUT is left as
+// it was, and main() exits 130 or 143).
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <string>
 
 #include "grouplin/commands.hpp"
 #include "grouplin/convert.hpp"
 #include "grouplin/error.hpp"
+#include "grouplin/interrupt.hpp"
 #include "grouplin/progress.hpp"
 
 namespace grouplin::cli {
@@ -23,31 +24,6 @@ struct ConvertConfig {
   bool quiet = false;
 };
 
-volatile std::sig_atomic_t g_interrupted = 0;
-
-extern "C" void on_interrupt(int) { g_interrupted = 1; }
-
-// Catches SIGINT and SIGTERM while alive, so that a conversion stops at its next piece and
-// unwinds (removing its temporary file) instead of dying with it on disk.
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    struct sigaction sa = {};
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~InterruptGuard() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ = {};
-  struct sigaction old_term_ = {};
-};
-
 void run_convert(const ConvertConfig& c) {
   ConvertOptions o;
   o.layout = *expert_layout_from_name(c.layout);  // CLI11 checked the spelling
@@ -56,10 +32,17 @@ void run_convert(const ConvertConfig& c) {
   }
   o.overwrite = c.force;
   ProgressBar bar("converting", c.quiet);
-  o.progress = [&bar](uint64_t done, uint64_t total) {
-    if (g_interrupted)
-      throw Error(ErrorCode::IoError,
-                  "interrupted (SIGINT or SIGTERM); the output was not written");
+  // The conversion checks for a signal at its progress points: at the start, after every 16 MiB
+  // and after the last byte. A signal that comes later (during the final fsync and rename) does
+  // not stop it: the output is then complete, and the command succeeds.
+  o.progress = [&bar, &c](uint64_t done, uint64_t total) {
+    if (const int signal = interrupt_signal()) {
+      throw Error(ErrorCode::Interrupted, "converting " + grouplin::quote(c.in) +
+                                              ": interrupted by " + signal_description(signal) +
+                                              " after " + format_bytes(done) + " of " +
+                                              format_bytes(total) + " of tensor data; the output " +
+                                              grouplin::quote(c.out) + " was not written");
+    }
     bar.update(done, total);
   };
 
@@ -109,7 +92,8 @@ void add_convert_command(CLI::App& app) {
       "Every other entry passes through unchanged; safetensors metadata is kept. The progress\n"
       "bar shows only on a terminal. Nothing is left at OUT on failure or Ctrl-C.\n"
       "Exit: 0 converted; 2 bad usage or bad input (unreadable or invalid IN, inconsistent\n"
-      "expert set, OUT exists without --force, OUT is IN, unknown output format).\n\n"
+      "expert set, OUT exists without --force, OUT is IN, unknown output format);\n"
+      "130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM (OUT left as it was).\n\n"
       "Examples:\n"
       "  grouplin convert model.safetensors single.safetensors --layout single\n"
       "  grouplin convert single.safetensors model.pt --layout per-expert\n"

@@ -1,16 +1,19 @@
 // grouplin: inspect, convert and verify grouped-layer checkpoints; demo and benchmark.
-// Exit codes: 0 success, 1 a negative answer (verify), 2 bad usage or bad input.
+// Exit codes: 0 success, 1 a negative answer (verify), 2 bad usage or bad input; a command
+// stopped by SIGINT or SIGTERM (convert) 128 + the signal number: 130, 143.
 #include <exception>
 #include <iostream>
 
-#include "grouplin/error.hpp"
 #include "grouplin/commands.hpp"
+#include "grouplin/error.hpp"
+#include "grouplin/interrupt.hpp"
 
 int grouplin::cli::g_exit_code = 0;
 
 int main(int argc, char** argv) {
-  CLI::App app{"grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
-               "and checkpoints"};
+  CLI::App app{
+      "grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
+      "and checkpoints"};
   app.require_subcommand(1);
   grouplin::cli::add_inspect_command(app);
   grouplin::cli::add_convert_command(app);
@@ -28,6 +31,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const grouplin::Error& e) {
     std::cerr << "grouplin: " << e.what() << "\n";
+    if (e.code() == grouplin::ErrorCode::Interrupted) {
+      return grouplin::cli::interrupted_exit_status();
+    }
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "grouplin: error: " << e.what() << "\n";
