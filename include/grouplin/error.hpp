@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace grouplin {
 
@@ -100,18 +101,40 @@ std::string escaped(std::string_view text);
 // "... (N bytes)": how messages and listings name a file, key or record ("model.pt").
 std::string quote(std::string_view name);
 
+// One problem of an Error, as data: what a program needs to act on it without parsing text.
+struct Problem {
+  ErrorCode code;
+  std::string key;      // the dotted state-dict key, tensor or file it concerns ("" if none)
+  std::string message;  // this problem alone, without the code prefix
+};
+
 // The only exception GroupLin throws on purpose. what() is "<CodeName>: <message>".
+//
+// Most errors are one problem. A check that finds several reports them all in one Error:
+// load_state_dict throws LoadFailed when its problems have different codes (or their common
+// code when they share one), and problems() lists each with its exact key:
+//
+//   catch (const grouplin::Error& e) {
+//     for (const grouplin::Problem& p : e.problems())
+//       if (p.code == grouplin::ErrorCode::MissingKey) missing.push_back(p.key);
+//   }
 class Error : public std::runtime_error {
  public:
+  // One problem, concerning no particular key.
   Error(ErrorCode code, const std::string& message);
+  // An error made of `problems` (at least one), summarised by `code` and `message`.
+  Error(ErrorCode code, const std::string& message, std::vector<Problem> problems);
 
   ErrorCode code() const noexcept { return code_; }
   // The message without the code prefix.
   const std::string& message() const noexcept { return message_; }
+  // Every problem, in the order found; one entry {code(), "", message()} for a simple error.
+  const std::vector<Problem>& problems() const noexcept { return problems_; }
 
  private:
   ErrorCode code_;
   std::string message_;
+  std::vector<Problem> problems_;
 };
 
 }  // namespace grouplin

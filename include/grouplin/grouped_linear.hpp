@@ -80,8 +80,9 @@ class GroupedLinear : public Module {
   Tensor expert_bias_grad(int64_t i) const;
   Tensor expert_main_grad(int64_t i) const;
 
+ protected:
   // Accepts per-expert or single-layout entries whatever this module's layout
-  // (load_state_dict.hpp).
+  // (load_state_dict.hpp); _extra_state is optional.
   void plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) override;
 
  private:

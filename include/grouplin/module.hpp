@@ -16,14 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include "grouplin/load_state_dict.hpp"
 #include "grouplin/state_dict.hpp"
 #include "grouplin/tensor.hpp"
 
 namespace grouplin {
 
-class LoadPlan;
-struct LoadOptions;
-struct LoadReport;
+class LoadPlan;  // module_extension.hpp, for authors of modules
 
 // One trainable tensor with its gradients.
 struct Parameter {
@@ -68,19 +67,20 @@ class Module {
   // own bytes (no copy): clone them to keep a snapshot across training steps.
   StateDict state_dict(const std::string& prefix = "") const;
 
-  // Loads parameters and buffers from `source` (see load_state_dict.hpp for the rules).
-  LoadReport load_state_dict(const StateDict& source, const LoadOptions& options);
-  LoadReport load_state_dict(const StateDict& source);
-
-  // Plans this module's part of a load (its own entries only, not the children's): claims keys,
-  // records problems and the writes to make. Must not modify the module. Overridden by modules
-  // that accept more than one checkpoint layout.
-  virtual void plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan);
+  // Loads parameters and buffers from `source` (see load_state_dict.hpp for the rules and the
+  // report; include it to use the result).
+  LoadReport load_state_dict(const StateDict& source, const LoadOptions& options = {});
 
  protected:
-  // Registers a parameter or buffer; returns its index.
+  // Plans this module's part of a load (its own entries only, not the children's): claims keys,
+  // records problems and the writes to make. Must not modify the module. Overridden by modules
+  // that accept more than one checkpoint layout (module_extension.hpp has LoadPlan).
+  virtual void plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan);
+
+  // Registers a parameter or buffer; returns its index. An optional buffer may be absent from
+  // a state dict without being missing (LoadReport::absent).
   size_t register_parameter(std::string name, Tensor value);
-  size_t register_buffer(std::string name, Tensor value);
+  size_t register_buffer(std::string name, Tensor value, bool optional = false);
   Parameter& parameter_at(size_t i) { return params_.at(i); }
   const Parameter& parameter_at(size_t i) const { return params_.at(i); }
   std::pair<std::string, Tensor>& buffer_at(size_t i) { return buffers_.at(i); }
@@ -90,6 +90,7 @@ class Module {
  private:
   std::vector<Parameter> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<bool> optional_buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "core/utf8.hpp"
 
@@ -21,7 +22,16 @@ std::string_view error_code_name(ErrorCode code) {
 Error::Error(ErrorCode code, const std::string& message)
     : std::runtime_error(std::string(error_code_name(code)) + ": " + message),
       code_(code),
-      message_(message) {}
+      message_(message),
+      problems_{{code, "", message}} {}
+
+Error::Error(ErrorCode code, const std::string& message, std::vector<Problem> problems)
+    : std::runtime_error(std::string(error_code_name(code)) + ": " + message),
+      code_(code),
+      message_(message),
+      problems_(std::move(problems)) {
+  if (problems_.empty()) problems_.push_back({code, "", message});
+}
 
 namespace {
 

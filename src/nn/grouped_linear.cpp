@@ -87,7 +87,8 @@ GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
     }
   }
   // Quantisation state would live here; GroupLin has none yet, so it is always empty.
-  register_buffer("_extra_state", Tensor::zeros({0}, DType::U8));
+  // Optional: Hugging Face, vLLM and most non-TE checkpoints have no _extra_state.
+  register_buffer("_extra_state", Tensor::zeros({0}, DType::U8), /*optional=*/true);
 }
 
 const Parameter& GroupedLinear::weight_param(int64_t i) const {

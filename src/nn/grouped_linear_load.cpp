@@ -8,6 +8,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/load_state_dict.hpp"
+#include "grouplin/module_extension.hpp"
 #include "layout/expert_names.hpp"
 
 namespace grouplin {
@@ -48,7 +49,7 @@ struct Family {
 
 // Both layouts at once: nothing is planned, every entry is claimed (not also unexpected).
 void plan_both_layouts(Family& f) {
-  f.plan.add_problem(ErrorCode::BothLayoutsPresent,
+  f.plan.add_problem(ErrorCode::BothLayoutsPresent, f.stacked_key(),
                      "module " + quote(f.module_name) + ": both " + quote(f.stacked_key()) +
                          " and " + std::to_string(f.experts.size()) + " per-expert " +
                          quote(f.prefix + f.base + "{i}") +
@@ -66,7 +67,7 @@ void plan_from_single(Family& f) {
   Shape want = f.expert_shape;
   want.insert(want.begin(), f.n());
   if (src.rank() == want.size() && src.dim(0) != f.n()) {
-    f.plan.add_problem(ErrorCode::ExpertCountMismatch,
+    f.plan.add_problem(ErrorCode::ExpertCountMismatch, key,
                        quote(key) + ": " + std::to_string(src.dim(0)) + " experts " +
                            shape_to_string(src.shape()) + ", module has " + std::to_string(f.n()) +
                            " " + shape_to_string(want));
@@ -81,9 +82,9 @@ void plan_from_single(Family& f) {
     return;
   }
   if (src.shape() != want) {  // reported once, not once per expert
-    f.plan.add_problem(ErrorCode::ShapeMismatch, quote(key) + ": shape " +
-                                                     shape_to_string(src.shape()) + ", expected " +
-                                                     shape_to_string(want));
+    f.plan.add_problem(ErrorCode::ShapeMismatch, key,
+                       quote(key) + ": shape " + shape_to_string(src.shape()) + ", expected " +
+                           shape_to_string(want));
     return;
   }
   // Each expert reads through a view of the source: no split copies.
@@ -109,7 +110,7 @@ void plan_from_per_expert(Family& f) {
     if (f.experts.count(i) == 0) absent.push_back(i);
   }
   if (!extra.empty()) {
-    f.plan.add_problem(ErrorCode::ExpertCountMismatch,
+    f.plan.add_problem(ErrorCode::ExpertCountMismatch, f.expert_key(extra.back()),
                        "module " + quote(f.module_name) + ": checkpoint has " +
                            quote(f.expert_key(extra.back())) + " but the module has " +
                            std::to_string(f.n()) + " experts (" + f.base + "0.." + f.base +
@@ -120,7 +121,7 @@ void plan_from_per_expert(Family& f) {
     // Strict: one PartialExpertSet problem naming the absent experts (not also one MissingKey
     // each, which would turn the code into LoadFailed). Otherwise they are reported missing.
     if (f.plan.options().strict) {
-      f.plan.add_problem(ErrorCode::PartialExpertSet,
+      f.plan.add_problem(ErrorCode::PartialExpertSet, f.expert_key(absent.front()),
                          "module " + quote(f.module_name) + ": " +
                              std::to_string(f.experts.size() - extra.size()) + " of " +
                              std::to_string(f.n()) + " " + quote(f.prefix + f.base + "{i}") +
@@ -192,13 +193,13 @@ void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix
   }
   for (Family& f : families) plan_family(f);
 
-  // Buffers (_extra_state) load like any module's.
+  // _extra_state loads like any module's buffer, and may be absent.
   const std::string extra_key = prefix + buffers()[0].first;
   if (const Tensor* src = source.find(extra_key)) {
     plan.claim(extra_key);
     plan.plan_buffer_copy(extra_key, *src, *this, 0);
   } else {
-    plan.add_missing(extra_key);
+    plan.add_absent(extra_key);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
+#include "grouplin/module_extension.hpp"
 
 namespace grouplin {
 
@@ -14,14 +15,15 @@ bool LoadPlan::claimed(const std::string& key) const {
 
 void LoadPlan::add_missing(const std::string& key) { report_.missing.push_back(key); }
 
-void LoadPlan::add_problem(ErrorCode code, std::string message) {
-  problems_.emplace_back(code, std::move(message));
+void LoadPlan::add_problem(ErrorCode code, const std::string& key, std::string message) {
+  problems_.push_back({code, key, std::move(message)});
 }
 
 bool LoadPlan::check_compatible(const std::string& key, const Tensor& src, const Tensor& dst) {
   if (src.shape() != dst.shape()) {
-    add_problem(ErrorCode::ShapeMismatch, quote(key) + ": shape " + shape_to_string(src.shape()) +
-                                              ", expected " + shape_to_string(dst.shape()));
+    add_problem(ErrorCode::ShapeMismatch, key,
+                quote(key) + ": shape " + shape_to_string(src.shape()) + ", expected " +
+                    shape_to_string(dst.shape()));
     return false;
   }
   // FP8 codes mean nothing without their scales (a `*_scale_inv` entry beside them): widening
@@ -29,16 +31,16 @@ bool LoadPlan::check_compatible(const std::string& key, const Tensor& src, const
   // scaled FP8 is read with its scales.
   const bool fp8_src = src.dtype() == DType::F8_E4M3 || src.dtype() == DType::F8_E5M2;
   if (fp8_src && src.dtype() != dst.dtype()) {
-    add_problem(ErrorCode::Fp8ScalesNotApplied,
-                quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) +
-                    " into a " + std::string(dtype_name(dst.dtype())) +
+    add_problem(ErrorCode::Fp8ScalesNotApplied, key,
+                quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) + " into a " +
+                    std::string(dtype_name(dst.dtype())) +
                     " parameter: FP8 codes would be converted without their scales "
                     "(scaled FP8 is not supported yet); convert the checkpoint with its scales "
                     "first");
     return false;
   }
   if (src.dtype() != dst.dtype() && !(is_float(src.dtype()) && is_float(dst.dtype()))) {
-    add_problem(ErrorCode::UnsupportedConversion,
+    add_problem(ErrorCode::UnsupportedConversion, key,
                 quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) +
                     " cannot be converted to " + std::string(dtype_name(dst.dtype())));
     return false;
@@ -81,27 +83,30 @@ bool LoadPlan::plan_adopt(const std::string& key, const Tensor& src, Module& mod
 LoadReport LoadPlan::execute(const StateDict& source) {
   std::set<std::string> claimed(claimed_.begin(), claimed_.end());
   for (const auto& [key, t] : source) {
+    // Keys outside the prefix belong to the rest of the model, not to this load.
+    if (!key.starts_with(options_.prefix)) continue;
     if (claimed.count(key) == 0) report_.unexpected.push_back(key);
   }
-  std::vector<std::pair<ErrorCode, std::string>> all = problems_;
+  std::vector<Problem> all = problems_;
   if (options_.strict) {
-    for (const auto& k : report_.missing)
-      all.emplace_back(ErrorCode::MissingKey, "missing key " + quote(k));
+    for (const auto& k : report_.missing) {
+      all.push_back({ErrorCode::MissingKey, k, "missing key " + quote(k)});
+    }
     for (const auto& k : report_.unexpected) {
-      all.emplace_back(ErrorCode::UnexpectedKey, "unexpected key " + quote(k));
+      all.push_back({ErrorCode::UnexpectedKey, k, "unexpected key " + quote(k)});
     }
   }
   if (!all.empty()) {
     // One error for everything, so a user fixes a checkpoint in one round. The code is the
     // problems' common code, or LoadFailed when they differ.
-    ErrorCode code = all.front().first;
+    ErrorCode code = all.front().code;
     std::string msg = "loading state dict: " + std::to_string(all.size()) + " problem" +
                       (all.size() > 1 ? "s" : "") + "; nothing was loaded";
-    for (const auto& [c, m] : all) {
-      if (c != code) code = ErrorCode::LoadFailed;
-      msg += "\n  " + std::string(error_code_name(c)) + ": " + m;
+    for (const Problem& p : all) {
+      if (p.code != code) code = ErrorCode::LoadFailed;
+      msg += "\n  " + std::string(error_code_name(p.code)) + ": " + p.message;
     }
-    throw Error(code, msg);
+    throw Error(code, msg, std::move(all));
   }
 
   std::set<std::string> loaded, converted;

@@ -2,6 +2,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
+#include "grouplin/module_extension.hpp"
 
 namespace grouplin {
 
@@ -60,10 +61,6 @@ StateDict Module::state_dict(const std::string& prefix) const {
   return sd;
 }
 
-LoadReport Module::load_state_dict(const StateDict& source) {
-  return load_state_dict(source, LoadOptions{});
-}
-
 LoadReport Module::load_state_dict(const StateDict& source, const LoadOptions& options) {
   LoadPlan plan(options);
   // Each module plans its own entries exactly once, whichever module the call starts at.
@@ -71,7 +68,11 @@ LoadReport Module::load_state_dict(const StateDict& source, const LoadOptions& o
     m.plan_load(source, pre, plan);
     for (auto& [name, c] : m.children_) walk(*c, pre + name + ".");
   };
-  walk(*this, "");
+  if (!options.prefix.empty() && options.prefix.back() != '.') {
+    throw Error(ErrorCode::InvalidArgument, "load_state_dict: prefix " + quote(options.prefix) +
+                                                " must be empty or end in '.'");
+  }
+  walk(*this, options.prefix);
   return plan.execute(source);
 }
 
@@ -94,7 +95,11 @@ void Module::plan_load(const StateDict& source, const std::string& prefix, LoadP
     const std::string key = prefix + buffers_[i].first;
     const Tensor* src = source.find(key);
     if (src == nullptr) {
-      plan.add_missing(key);
+      if (optional_buffers_[i]) {
+        plan.add_absent(key);
+      } else {
+        plan.add_missing(key);
+      }
       continue;
     }
     plan.claim(key);
@@ -107,8 +112,9 @@ size_t Module::register_parameter(std::string name, Tensor value) {
   return params_.size() - 1;
 }
 
-size_t Module::register_buffer(std::string name, Tensor value) {
+size_t Module::register_buffer(std::string name, Tensor value, bool optional) {
   buffers_.emplace_back(std::move(name), std::move(value));
+  optional_buffers_.push_back(optional);
   return buffers_.size() - 1;
 }
 

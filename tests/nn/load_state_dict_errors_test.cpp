@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grouplin/optimizer.hpp"
@@ -73,9 +75,24 @@ TEST(LoadStateDictErrors, MissingKeys) {
     for (const std::string& k : c.sd.keys()) {
       if (k.find(P + "bias") == 0) c.sd.erase(k);
     }
-    c.sd.erase(P + "_extra_state");
+    c.sd.erase(P + "_extra_state");  // optional: absent, never missing
     expect_load_fails(*c.target.root, c.sd, ErrorCode::MissingKey,
-                      {"missing key \"" + bias + "\"", "missing key \"" + P + "_extra_state\""});
+                      {"missing key \"" + bias + "\""});
+    // As data: one MissingKey problem per absent bias, with its exact dotted key.
+    const Error e = testing::expect_error([&] { c.target.root->load_state_dict(c.sd); });
+    std::vector<std::string> keys;
+    for (const Problem& p : e.problems()) {
+      EXPECT_EQ(p.code, ErrorCode::MissingKey) << p.message;
+      keys.push_back(p.key);
+    }
+    std::vector<std::string> want;
+    if (l == WeightLayout::Single) {
+      want = {P + "bias"};
+    } else {
+      for (int i = 0; i < 4; ++i) want.push_back(P + "bias" + std::to_string(i));
+    }
+    EXPECT_EQ(keys, want);
+    EXPECT_EQ(std::string(e.what()).find("_extra_state"), std::string::npos) << e.what();
   }
 }
 
@@ -207,14 +224,27 @@ TEST(LoadStateDictErrors, FailedAssignLoadAdoptsNothing) {
 TEST(LoadStateDictErrors, SeveralProblemsInOneError) {
   Case c = make_case(WeightLayout::Contiguous, WeightLayout::PerExpert);
   c.sd.set(P + "weight0", testing::test_tensor({3, 4}, 9));                        // shape
-  c.sd.erase(P + "_extra_state");                                                  // missing
+  c.sd.erase(P + "bias2");                                                         // missing
   c.sd.insert("decoder.layers.3.mlp.fc3.weight", Tensor::zeros({1}, DType::F32));  // unexpected
   c.sd.set("decoder.layers.3.mlp.fc2.bias1", Tensor::zeros({3}, DType::I64));      // dtype
-  expect_load_fails(*c.target.root, c.sd, ErrorCode::LoadFailed,
-                    {"4 problems", "ShapeMismatch: \"" + P + "weight0\"",
-                     "MissingKey: missing key \"" + P + "_extra_state\"",
-                     "UnexpectedKey: unexpected key \"decoder.layers.3.mlp.fc3.weight\"",
-                     "UnsupportedConversion: \"decoder.layers.3.mlp.fc2.bias1\""});
+  c.sd.erase(P + "_extra_state");  // optional: no problem
+  expect_load_fails(
+      *c.target.root, c.sd, ErrorCode::LoadFailed,
+      {"4 problems", "ShapeMismatch: \"" + P + "weight0\"", "PartialExpertSet: module",
+       "UnexpectedKey: unexpected key \"decoder.layers.3.mlp.fc3.weight\"",
+       "UnsupportedConversion: \"decoder.layers.3.mlp.fc2.bias1\""});
+  // The same, as data: each problem with its code and exact key, no text to parse.
+  const Error e = testing::expect_error([&] { c.target.root->load_state_dict(c.sd); });
+  std::vector<std::pair<ErrorCode, std::string>> got;
+  for (const Problem& p : e.problems()) got.emplace_back(p.code, p.key);
+  std::sort(got.begin(), got.end());
+  std::vector<std::pair<ErrorCode, std::string>> want = {
+      {ErrorCode::ShapeMismatch, P + "weight0"},
+      {ErrorCode::UnexpectedKey, "decoder.layers.3.mlp.fc3.weight"},
+      {ErrorCode::PartialExpertSet, P + "bias2"},
+      {ErrorCode::UnsupportedConversion, "decoder.layers.3.mlp.fc2.bias1"}};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
 }
 
 TEST(LoadStateDictErrors, SeveralProblemsOfOneKindKeepTheirCode) {

@@ -128,6 +128,32 @@ TEST_P(LayoutRoundTrip, NestedThroughTheModuleItself) {
   testing::expect_unchanged(*d.fc2, fc2_before);  // a sibling is not touched
 }
 
+// A module loads straight from a whole-model dict: its keys keep their full names, and the rest
+// of the model is not this load's business (not unexpected, not an error under strict).
+TEST_P(LayoutRoundTrip, PrefixLoadsOneModuleOfAWholeModelDict) {
+  testing::Tree s = source_tree();
+  StateDict sd = s.root->state_dict();
+  sd.insert("model.embed_tokens.weight", Tensor::zeros({4, 2}, DType::F32));
+  auto dst = target();
+  const LoadReport r = dst->load_state_dict(sd, {.prefix = kFc1Prefix});
+  expect_same_experts(*s.fc1, *dst);
+  expect_same_pass(run_pass(*s.fc1), run_pass(*dst));
+  std::vector<std::string> under;
+  for (const std::string& k : sd.keys()) {
+    if (k.starts_with(kFc1Prefix)) under.push_back(k);
+  }
+  EXPECT_EQ(sorted(r.loaded), sorted(under));
+  EXPECT_TRUE(r.missing.empty() && r.unexpected.empty() && r.absent.empty());
+  EXPECT_EQ(conversions(r), expected_conversion(from(), to(), kFc1Name));
+
+  // Under the prefix, an extra key is still unexpected.
+  sd.insert(std::string(kFc1Prefix) + "weight_scale", Tensor::zeros({1}, DType::F32));
+  const Error e = testing::expect_error([&] { dst->load_state_dict(sd, {.prefix = kFc1Prefix}); });
+  EXPECT_EQ(e.code(), ErrorCode::UnexpectedKey) << e.what();
+  ASSERT_EQ(e.problems().size(), 1u);
+  EXPECT_EQ(e.problems()[0].key, std::string(kFc1Prefix) + "weight_scale");
+}
+
 TEST_P(LayoutRoundTrip, AssignKeepsSourceIntactThroughTraining) {
   auto src = source();
   auto dst = target();
@@ -282,6 +308,33 @@ TEST(LoadStateDictNonStrict, MissingStackedEntryInSingleModule) {
 }
 
 // Loading a module's own state dict (views of its own bytes) changes nothing.
+TEST(LoadStateDict, PrefixMustEndInADot) {
+  auto dst = make_gl(gl_options(2, WeightLayout::PerExpert, 1));
+  const Error e = testing::expect_error(
+      [&] { dst->load_state_dict(StateDict(), {.prefix = "decoder.layers.3.mlp.fc1"}); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(e.message().find("must be empty or end in '.'"), std::string::npos) << e.what();
+}
+
+// Hugging Face, vLLM and most non-TE checkpoints have no _extra_state: a strict load accepts
+// them, keeps the module's own (empty) extra state, and says the entry was absent.
+TEST(LoadStateDict, ExtraStateIsOptional) {
+  for (WeightLayout l : testing::kLayouts) {
+    SCOPED_TRACE(std::string(layout_name(l)));
+    testing::Tree s = testing::make_tree(make_gl(gl_options(4, l, 1)),
+                                         make_gl(gl_options(2, WeightLayout::Single, 2)));
+    StateDict sd = s.root->state_dict();
+    ASSERT_TRUE(sd.erase(std::string(kFc1Prefix) + "_extra_state"));
+    testing::Tree d = testing::make_tree(make_gl(gl_options(4, l, 3)),
+                                         make_gl(gl_options(2, WeightLayout::Single, 4)));
+    const LoadReport r = d.root->load_state_dict(sd);
+    expect_same_experts(*s.fc1, *d.fc1);
+    EXPECT_EQ(r.absent, std::vector<std::string>{std::string(kFc1Prefix) + "_extra_state"});
+    EXPECT_TRUE(r.missing.empty());
+    EXPECT_EQ(d.fc1->buffers()[0].second.numel(), 0);
+  }
+}
+
 TEST(LoadStateDict, OwnStateDictIsANoOp) {
   for (WeightLayout l : testing::kLayouts) {
     auto gl = make_gl(gl_options(3, l, 1));

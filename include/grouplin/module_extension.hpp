@@ -1,0 +1,83 @@
+// For authors of modules: the plan a load builds before it writes anything, which each
+// Module::plan_load fills in for its own entries. Users of modules never need this header (it is
+// not part of grouplin.hpp); see load_state_dict.hpp for loading.
+//
+//   class Scale : public grouplin::Module {
+//    protected:
+//     void plan_load(const grouplin::StateDict& source, const std::string& prefix,
+//                    grouplin::LoadPlan& plan) override {
+//       const std::string key = prefix + "gamma";
+//       if (const grouplin::Tensor* t = source.find(key)) {
+//         plan.claim(key);
+//         plan.plan_copy(key, *t, *this, 0);
+//       } else {
+//         plan.add_missing(key);
+//       }
+//     }
+//   };
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "grouplin/error.hpp"
+#include "grouplin/load_state_dict.hpp"
+#include "grouplin/module.hpp"
+#include "grouplin/state_dict.hpp"
+
+namespace grouplin {
+
+// What a load will do, filled in by Module::plan_load before anything is written.
+class LoadPlan {
+ public:
+  explicit LoadPlan(const LoadOptions& options) : options_(options) {}
+  const LoadOptions& options() const { return options_; }
+
+  // The key belongs to some module (so it is not unexpected), loaded or not.
+  void claim(const std::string& key);
+  bool claimed(const std::string& key) const;
+  void add_missing(const std::string& key);
+  // A problem with `key` (the dotted key it concerns); every problem is reported together.
+  void add_problem(ErrorCode code, const std::string& key, std::string message);
+  // An optional entry (a buffer registered as optional) the source lacks: reported, no error.
+  void add_absent(const std::string& key) { report_.absent.push_back(key); }
+  void add_layout_conversion(LayoutConversion c) {
+    report_.layout_conversions.push_back(std::move(c));
+  }
+
+  // Checks that `src` can fill `dst` (same shape, same or float-convertible dtype) and plans the
+  // copy into parameter `param_index` of `module` (the slice `expert` of it when expert >= 0).
+  // Records a problem and returns false otherwise.
+  bool plan_copy(const std::string& key, const Tensor& src, Module& module, size_t param_index,
+                 int64_t expert = -1);
+  // Same for a buffer.
+  bool plan_buffer_copy(const std::string& key, const Tensor& src, Module& module,
+                        size_t buffer_index);
+  // Plans making parameter `param_index` of `module` borrow `src` (copy-on-write). Requires the
+  // same shape and dtype; records a problem and returns false otherwise.
+  bool plan_adopt(const std::string& key, const Tensor& src, Module& module, size_t param_index);
+
+  // Throws one Error listing every problem (and, when strict, missing and unexpected keys);
+  // otherwise performs the planned writes and returns the report.
+  LoadReport execute(const StateDict& source);
+
+ private:
+  struct Write {
+    std::string key;
+    Tensor src;
+    Module* module;
+    size_t index;    // parameter or buffer index
+    int64_t expert;  // slice of a stacked parameter, or -1 for the whole tensor
+    bool buffer;
+    bool adopt;
+  };
+  bool check_compatible(const std::string& key, const Tensor& src, const Tensor& dst);
+
+  LoadOptions options_;
+  LoadReport report_;
+  std::vector<Write> writes_;
+  std::vector<Problem> problems_;
+  std::vector<std::string> claimed_;
+};
+
+}  // namespace grouplin
