@@ -60,6 +60,11 @@ class GroupedLinear : public Module {
   // Throws Error(SplitCountMismatch | NegativeSplit | SplitSumMismatch | ShapeMismatch |
   // DTypeMismatch); a failed call changes nothing.
   Tensor forward(const Tensor& x, std::span<const int64_t> m_splits);
+  // forward into `y`, the caller's [T, out] tensor of the params dtype (writable, sharing no
+  // bytes with x): no tensor is allocated, so a training loop can reuse its buffers. Throws as
+  // forward, and Error(ShapeMismatch | DTypeMismatch | ReadOnlyTensor | InvalidArgument) for y;
+  // a failed call changes nothing.
+  void forward(const Tensor& x, std::span<const int64_t> m_splits, Tensor& y);
 
   // dx [T, in] for dy [T, out]. Writes each parameter's grad (or adds the weight gradient to
   // main_grad with fuse_wgrad_accumulation). Experts with no rows get zero gradients (their
@@ -67,6 +72,10 @@ class GroupedLinear : public Module {
   // Throws Error(BackwardBeforeForward | ShapeMismatch | DTypeMismatch); a failed call changes
   // nothing.
   Tensor backward(const Tensor& dy);
+  // backward into `dx`, the caller's [T, in] tensor of the params dtype (writable, sharing no
+  // bytes with dy or the saved x). After the first call (which allocates the gradients) no tensor
+  // is allocated. Throws as backward, and as forward(x, m_splits, y) does for y.
+  void backward(const Tensor& dy, Tensor& dx);
 
   const GroupedLinearOptions& options() const { return options_; }
   WeightLayout layout() const { return layout_; }

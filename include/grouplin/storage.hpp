@@ -2,10 +2,11 @@
 //
 //   auto heap = grouplin::Storage::allocate(4096);          // zeroed, 64-byte aligned, writable
 //   auto mapped = grouplin::Storage::wrap(ptr, size, owner); // read-only, keeps `owner` alive
+//   auto arena = grouplin::Storage::wrap_writable(buf, size, owner);  // the caller's memory
 //
-// A Storage is either owned heap memory or borrowed read-only memory (a file mapping) that
-// holds a reference to whatever keeps that memory valid. Not thread-safe for concurrent writes
-// to the same bytes; the counters below are atomic.
+// A Storage is either owned heap memory or borrowed memory (a file mapping, a NumPy array, an
+// inference engine's arena) that holds a reference to whatever keeps that memory valid. Not
+// thread-safe for concurrent writes to the same bytes; the counters below are atomic.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,10 @@ class Storage {
   // Borrows [data, data + nbytes) read-only; `owner` is kept alive as long as this storage.
   static std::shared_ptr<Storage> wrap(const std::byte* data, size_t nbytes,
                                        std::shared_ptr<const void> owner);
+  // Borrows [data, data + nbytes) for reading and writing, without a copy; `owner` (may be
+  // null) is kept alive as long as this storage. The caller keeps the memory valid until then.
+  static std::shared_ptr<Storage> wrap_writable(std::byte* data, size_t nbytes,
+                                                std::shared_ptr<const void> owner);
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -32,14 +37,16 @@ class Storage {
   // Throws Error(ReadOnlyTensor) for borrowed read-only memory.
   std::byte* mutable_data();
   size_t size() const { return size_; }
-  bool writable() const { return owned_; }
+  bool writable() const { return writable_; }
 
  private:
-  Storage(std::byte* data, size_t size, bool owned, std::shared_ptr<const void> owner);
+  Storage(std::byte* data, size_t size, bool owned, bool writable,
+          std::shared_ptr<const void> owner);
 
   std::byte* data_;
   size_t size_;
-  bool owned_;
+  bool owned_;     // freed with the storage
+  bool writable_;  // mutable_data() hands out a pointer
   std::shared_ptr<const void> owner_;
 };
 

@@ -43,6 +43,16 @@ class Tensor {
   // fit in the storage.
   static Tensor view_of(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape,
                         DType dtype);
+  // A tensor over memory the caller owns (a NumPy or PyTorch buffer, an engine's arena), without
+  // a copy: writable through `data`, read-only through `const void*` data. `owner` (may be null)
+  // is kept alive with the tensor's storage; otherwise the caller keeps the memory valid while
+  // any view of it lives. Throws Error(InvalidArgument) for a null `data` with elements, or data
+  // not aligned to the element size (the kernels read whole elements); the shape errors of
+  // shape_numel.
+  static Tensor from_blob(void* data, const Shape& shape, DType dtype,
+                          std::shared_ptr<const void> owner = nullptr);
+  static Tensor from_blob(const void* data, const Shape& shape, DType dtype,
+                          std::shared_ptr<const void> owner = nullptr);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

@@ -20,8 +20,9 @@ std::atomic<uint64_t> g_copied_bytes{0};
 
 }  // namespace
 
-Storage::Storage(std::byte* data, size_t size, bool owned, std::shared_ptr<const void> owner)
-    : data_(data), size_(size), owned_(owned), owner_(std::move(owner)) {}
+Storage::Storage(std::byte* data, size_t size, bool owned, bool writable,
+                 std::shared_ptr<const void> owner)
+    : data_(data), size_(size), owned_(owned), writable_(writable), owner_(std::move(owner)) {}
 
 Storage::~Storage() {
   if (owned_) std::free(data_);
@@ -48,21 +49,28 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   std::memset(p, 0, rounded);
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   g_allocated_bytes.fetch_add(nbytes, std::memory_order_relaxed);
-  return std::shared_ptr<Storage>(new Storage(static_cast<std::byte*>(p), nbytes, true, nullptr));
+  return std::shared_ptr<Storage>(
+      new Storage(static_cast<std::byte*>(p), nbytes, true, true, nullptr));
 }
 
 std::shared_ptr<Storage> Storage::wrap(const std::byte* data, size_t nbytes,
                                        std::shared_ptr<const void> owner) {
   // The const_cast is safe: mutable_data() refuses to hand out a pointer for borrowed memory.
   return std::shared_ptr<Storage>(
-      new Storage(const_cast<std::byte*>(data), nbytes, false, std::move(owner)));
+      new Storage(const_cast<std::byte*>(data), nbytes, false, false, std::move(owner)));
+}
+
+std::shared_ptr<Storage> Storage::wrap_writable(std::byte* data, size_t nbytes,
+                                                std::shared_ptr<const void> owner) {
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, false, true, std::move(owner)));
 }
 
 std::byte* Storage::mutable_data() {
-  if (!owned_) {
-    throw Error(ErrorCode::ReadOnlyTensor, "writing to read-only storage of " +
-                                               std::to_string(size_) +
-                                               " bytes (a file mapping); copy it first");
+  if (!writable_) {
+    throw Error(
+        ErrorCode::ReadOnlyTensor,
+        "writing to read-only storage of " + std::to_string(size_) +
+            " bytes (borrowed read-only memory: a file mapping or a const buffer); copy it first");
   }
   return data_;
 }

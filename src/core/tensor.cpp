@@ -1,5 +1,6 @@
 #include "grouplin/tensor.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -82,6 +83,41 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, size_t offset, const Sh
   t.numel_ = numel;
   t.dtype_ = dtype;
   return t;
+}
+
+namespace {
+
+// The bytes of `shape` x `dtype` at `data`, checked for from_blob.
+size_t blob_bytes(const void* data, const Shape& shape, DType dtype) {
+  const size_t nbytes = checked_nbytes(shape_numel(shape), dtype, shape);
+  const std::string what =
+      "Tensor::from_blob(" + std::string(dtype_name(dtype)) + " " + shape_to_string(shape) + ")";
+  if (data == nullptr && nbytes != 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                what + ": null data for " + std::to_string(nbytes) + " bytes");
+  }
+  if (reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) != 0) {
+    throw Error(ErrorCode::InvalidArgument, what + ": data at an address not aligned to " +
+                                                std::to_string(dtype_size(dtype)) +
+                                                " bytes (the element size)");
+  }
+  return nbytes;
+}
+
+}  // namespace
+
+Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype,
+                         std::shared_ptr<const void> owner) {
+  const size_t nbytes = blob_bytes(data, shape, dtype);
+  return view_of(Storage::wrap_writable(static_cast<std::byte*>(data), nbytes, std::move(owner)), 0,
+                 shape, dtype);
+}
+
+Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype,
+                         std::shared_ptr<const void> owner) {
+  const size_t nbytes = blob_bytes(data, shape, dtype);
+  return view_of(Storage::wrap(static_cast<const std::byte*>(data), nbytes, std::move(owner)), 0,
+                 shape, dtype);
 }
 
 std::byte* Tensor::mutable_data() {

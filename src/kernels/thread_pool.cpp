@@ -179,7 +179,7 @@ int num_threads() {
 
 void set_num_threads(int n) {
   if (n < 1 || n > kMaxThreads) {
-    throw Error(ErrorCode::InvalidArgument, "kernels::set_num_threads: " + std::to_string(n) +
+    throw Error(ErrorCode::InvalidArgument, "set_num_threads: " + std::to_string(n) +
                                                 " threads, expected 1.." +
                                                 std::to_string(kMaxThreads));
   }

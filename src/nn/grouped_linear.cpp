@@ -177,20 +177,61 @@ void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t>
   }
 }
 
+namespace {
+
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  return a.storage_offset() < b.storage_offset() + b.nbytes() &&
+         b.storage_offset() < a.storage_offset() + a.nbytes();
+}
+
+// Checks a caller-provided output of `op` ("forward: y") against its expected shape and dtype.
+void check_output(const Tensor& out, const Shape& shape, DType dtype, const std::string& what,
+                  std::initializer_list<const Tensor*> inputs) {
+  if (!out.defined() || out.shape() != shape) {
+    throw Error(ErrorCode::ShapeMismatch,
+                "GroupedLinear." + what + " has shape " +
+                    (out.defined() ? shape_to_string(out.shape()) : std::string("<undefined>")) +
+                    ", expected " + shape_to_string(shape));
+  }
+  if (out.dtype() != dtype) {
+    throw Error(ErrorCode::DTypeMismatch, "GroupedLinear." + what + " is " +
+                                              std::string(dtype_name(out.dtype())) + ", expected " +
+                                              std::string(dtype_name(dtype)));
+  }
+  if (!out.writable()) {
+    throw Error(ErrorCode::ReadOnlyTensor, "GroupedLinear." + what + " is read-only");
+  }
+  for (const Tensor* in : inputs) {
+    if (overlap(out, *in)) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "GroupedLinear." + what + " shares bytes with an input; expected its own");
+    }
+  }
+}
+
+}  // namespace
+
 Tensor GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits) {
   check_forward_args(x, m_splits);
+  Tensor y = Tensor::zeros({x.dim(0), options_.out_features}, options_.params_dtype);
+  forward(x, m_splits, y);
+  return y;
+}
+
+void GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits, Tensor& y) {
+  check_forward_args(x, m_splits);
+  check_output(y, {x.dim(0), options_.out_features}, options_.params_dtype, "forward: y", {&x});
   const int64_t n = num_gemms();
   std::vector<Tensor> weights, biases;
   for (int64_t i = 0; i < n; ++i) {
     weights.push_back(expert_weight(i));
     if (options_.bias) biases.push_back(expert_bias(i));
   }
-  Tensor y = Tensor::zeros({x.dim(0), options_.out_features}, options_.params_dtype);
   kernels::grouped_forward(x, m_splits, weights, biases, y);
   saved_x_ = x;
   saved_splits_.assign(m_splits.begin(), m_splits.end());
   has_saved_ = true;
-  return y;
 }
 
 void GroupedLinear::allocate_grads() {
@@ -227,6 +268,14 @@ void GroupedLinear::allocate_grads() {
 }
 
 Tensor GroupedLinear::backward(const Tensor& dy) {
+  // An undefined or wrongly shaped dy is reported by the overload before dx is used.
+  const int64_t t = has_saved_ ? saved_x_.dim(0) : 0;
+  Tensor dx = Tensor::zeros({t, options_.in_features}, options_.params_dtype);
+  backward(dy, dx);
+  return dx;
+}
+
+void GroupedLinear::backward(const Tensor& dy, Tensor& dx) {
   if (!has_saved_) {
     throw Error(ErrorCode::BackwardBeforeForward,
                 "GroupedLinear.backward: called before forward (no saved input)");
@@ -244,6 +293,8 @@ Tensor GroupedLinear::backward(const Tensor& dy) {
                                               std::string(dtype_name(dy.dtype())) + ", expected " +
                                               std::string(dtype_name(options_.params_dtype)));
   }
+  check_output(dx, {t, options_.in_features}, options_.params_dtype, "backward: dx",
+               {&dy, &saved_x_});
   if (!grads_allocated_) {
     allocate_grads();
     grads_allocated_ = true;
@@ -257,11 +308,9 @@ Tensor GroupedLinear::backward(const Tensor& dy) {
                                                       : expert_weight_grad(i));
     if (options_.bias) bgrads.push_back(expert_bias_grad(i));
   }
-  Tensor dx = Tensor::zeros({t, options_.in_features}, options_.params_dtype);
   kernels::grouped_dgrad(dy, saved_splits_, weights, dx);
   kernels::grouped_wgrad(saved_x_, dy, saved_splits_, wgrads, options_.fuse_wgrad_accumulation);
   if (options_.bias) kernels::grouped_bgrad(dy, saved_splits_, bgrads);
-  return dx;
 }
 
 }  // namespace grouplin

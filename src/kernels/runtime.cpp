@@ -1,0 +1,12 @@
+// The public face of the kernels' settings (include/grouplin/runtime.hpp).
+#include "grouplin/runtime.hpp"
+
+#include "kernels/thread_pool.hpp"
+
+namespace grouplin {
+
+int num_threads() { return kernels::num_threads(); }
+
+void set_num_threads(int n) { kernels::set_num_threads(n); }
+
+}  // namespace grouplin

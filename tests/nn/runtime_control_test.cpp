@@ -1,0 +1,174 @@
+// Runtime control from the public headers alone: the worker count, forward/backward into the
+// caller's tensors (no tensor allocated in a training loop), and tensors over the caller's own
+// memory (Tensor::from_blob).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "grouplin/grouplin.hpp"
+#include "grouplin/runtime.hpp"
+#include "nn/load_test_util.hpp"
+
+namespace grouplin {
+namespace {
+
+using testing::gl_options;
+using testing::make_gl;
+
+constexpr int64_t kN = 4, kIn = 8, kOut = 6;
+
+class RuntimeControl : public ::testing::Test {
+ protected:
+  void SetUp() override { saved_threads_ = num_threads(); }
+  void TearDown() override { set_num_threads(saved_threads_); }
+  int saved_threads_ = 1;
+};
+
+TEST_F(RuntimeControl, WorkerCountIsPublicAndNeverChangesBits) {
+  set_num_threads(3);
+  EXPECT_EQ(num_threads(), 3);
+  for (int bad : {0, -1, 257}) {
+    const Error e = testing::expect_error([&] { set_num_threads(bad); });
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+  }
+  EXPECT_EQ(num_threads(), 3);  // a refused call changes nothing
+
+  std::vector<testing::Pass> passes;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    auto gl = make_gl(gl_options(kN, WeightLayout::Single, 7, true, DType::F32, 96, 80));
+    passes.push_back(testing::run_pass(*gl));
+  }
+  testing::expect_same_pass(passes[0], passes[1]);
+}
+
+TEST_F(RuntimeControl, ForwardAndBackwardIntoCallerTensorsGiveTheSameBits) {
+  for (WeightLayout l : testing::kLayouts) {
+    SCOPED_TRACE(std::string(layout_name(l)));
+    auto a = make_gl(gl_options(kN, l, 3, true, DType::F32, kIn, kOut));
+    auto b = make_gl(gl_options(kN, l, 3, true, DType::F32, kIn, kOut));
+    const std::vector<int64_t> splits = {2, 0, 3, 1};
+    const Tensor x = testing::test_tensor({6, kIn}, 1);
+    const Tensor dy = testing::test_tensor({6, kOut}, 2);
+    const Tensor y_a = a->forward(x, splits);
+    const Tensor dx_a = a->backward(dy);
+    Tensor y_b = Tensor::zeros({6, kOut}, DType::F32);
+    Tensor dx_b = Tensor::zeros({6, kIn}, DType::F32);
+    b->forward(x, splits, y_b);
+    b->backward(dy, dx_b);
+    EXPECT_TRUE(y_a.bit_equal(y_b));
+    EXPECT_TRUE(dx_a.bit_equal(dx_b));
+    for (int64_t i = 0; i < kN; ++i) {
+      EXPECT_TRUE(a->expert_weight_grad(i).bit_equal(b->expert_weight_grad(i))) << i;
+      EXPECT_TRUE(a->expert_bias_grad(i).bit_equal(b->expert_bias_grad(i))) << i;
+    }
+  }
+}
+
+TEST_F(RuntimeControl, ATrainingLoopAllocatesNoTensorAfterItsFirstStep) {
+  for (WeightLayout l : testing::kLayouts) {
+    SCOPED_TRACE(std::string(layout_name(l)));
+    auto gl = make_gl(gl_options(kN, l, 3, true, DType::F32, kIn, kOut));
+    const std::vector<int64_t> splits = {2, 0, 3, 1};
+    const Tensor x = testing::test_tensor({6, kIn}, 1);
+    const Tensor dy = testing::test_tensor({6, kOut}, 2);
+    Tensor y = Tensor::zeros({6, kOut}, DType::F32);
+    Tensor dx = Tensor::zeros({6, kIn}, DType::F32);
+    auto step = [&] {
+      gl->forward(x, splits, y);
+      gl->backward(dy, dx);
+      sgd_step(*gl, 0.01f);
+    };
+    step();  // allocates the gradients once
+    const uint64_t before = storage_stats().allocations;
+    for (int i = 0; i < 3; ++i) step();
+    EXPECT_EQ(storage_stats().allocations, before);
+  }
+}
+
+TEST_F(RuntimeControl, BadOutputTensorsAreRefusedAndChangeNothing) {
+  auto gl = make_gl(gl_options(kN, WeightLayout::PerExpert, 3, true, DType::F32, kIn, kOut));
+  const std::vector<int64_t> splits = {2, 0, 3, 1};
+  Tensor x = testing::test_tensor({6, kIn}, 1);
+  struct Bad {
+    Tensor y;
+    ErrorCode code;
+    const char* text;
+  };
+  const std::vector<float> constant(36, 0.0f);
+  Tensor both = Tensor::zeros({6, kIn + kOut}, DType::F32);
+  Tensor x_in_both = both.reshape({6 * (kIn + kOut)}).rows(0, 6 * kIn).reshape({6, kIn});
+  x_in_both.copy_from(x);
+  const std::vector<Bad> bad = {
+      {Tensor(), ErrorCode::ShapeMismatch, "forward: y has shape <undefined>"},
+      {Tensor::zeros({6, kOut + 1}, DType::F32), ErrorCode::ShapeMismatch, "expected [6, 6]"},
+      {Tensor::zeros({6, kOut}, DType::BF16), ErrorCode::DTypeMismatch, "is BF16, expected F32"},
+      {Tensor::from_blob(constant.data(), {6, kOut}, DType::F32), ErrorCode::ReadOnlyTensor,
+       "read-only"},
+      {Tensor::zeros({6, kOut}, DType::F32).read_only(), ErrorCode::ReadOnlyTensor, "read-only"},
+      {both.reshape({6 * (kIn + kOut)}).rows(0, 6 * kOut).reshape({6, kOut}),
+       ErrorCode::InvalidArgument, "shares bytes with an input"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.text);
+    Tensor y = b.y;
+    const Error e = testing::expect_error([&] { gl->forward(x_in_both, splits, y); });
+    EXPECT_EQ(e.code(), b.code) << e.what();
+    EXPECT_NE(e.message().find(b.text), std::string::npos) << e.what();
+    // Nothing was saved for backward.
+    EXPECT_EQ(testing::expect_error([&] {
+                gl->backward(Tensor::zeros({6, kOut}, DType::F32));
+              }).code(),
+              ErrorCode::BackwardBeforeForward);
+  }
+  Tensor y = Tensor::zeros({6, kOut}, DType::F32);
+  gl->forward(x, splits, y);
+  Tensor dx = Tensor::zeros({6, kIn + 1}, DType::F32);
+  EXPECT_EQ(testing::expect_error([&] { gl->backward(y, dx); }).code(), ErrorCode::ShapeMismatch);
+  EXPECT_FALSE(gl->expert_weight_grad(0).defined());  // a refused backward wrote no gradient
+}
+
+// The caller's buffers, used in place: x read from a std::vector, y written into another.
+TEST_F(RuntimeControl, FromBlobWrapsTheCallersMemoryWithoutACopy) {
+  auto gl = make_gl(gl_options(kN, WeightLayout::Contiguous, 3, true, DType::F32, kIn, kOut));
+  const std::vector<int64_t> splits = {2, 0, 3, 1};
+  const Tensor x_own = testing::test_tensor({6, kIn}, 1);
+  std::vector<float> x_buf(6 * kIn), y_buf(6 * kOut, -1.0f);
+  std::memcpy(x_buf.data(), x_own.data(), x_own.nbytes());
+  const uint64_t copied = storage_stats().copied_bytes;
+  const Tensor x = Tensor::from_blob(static_cast<const void*>(x_buf.data()), {6, kIn}, DType::F32);
+  Tensor y = Tensor::from_blob(y_buf.data(), {6, kOut}, DType::F32);
+  EXPECT_FALSE(x.writable());
+  EXPECT_TRUE(y.writable());
+  EXPECT_EQ(y.data(), reinterpret_cast<const std::byte*>(y_buf.data()));
+  EXPECT_EQ(storage_stats().copied_bytes, copied);
+  gl->forward(x, splits, y);
+  const Tensor want = gl->forward(x_own, splits);
+  EXPECT_EQ(std::memcmp(y_buf.data(), want.data(), want.nbytes()), 0);
+
+  // The owner is kept alive with the storage.
+  auto owner = std::make_shared<std::vector<float>>(12, 2.0f);
+  std::weak_ptr<std::vector<float>> watch = owner;
+  Tensor held = Tensor::from_blob(owner->data(), {3, 4}, DType::F32, owner);
+  owner.reset();
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(held.data_as<float>()[11], 2.0f);
+  held = Tensor();
+  EXPECT_TRUE(watch.expired());
+
+  // Misaligned or null memory is refused.
+  const Error e = testing::expect_error(
+      [&] { Tensor::from_blob(reinterpret_cast<char*>(y_buf.data()) + 2, {2}, DType::F32); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(e.message().find("not aligned to 4 bytes"), std::string::npos) << e.what();
+  EXPECT_EQ(testing::expect_error([&] {
+              Tensor::from_blob(static_cast<void*>(nullptr), {2}, DType::F32);
+            }).code(),
+            ErrorCode::InvalidArgument);
+  EXPECT_TRUE(Tensor::from_blob(static_cast<void*>(nullptr), {0, 3}, DType::F32)
+                  .defined());  // no elements, no data
+}
+
+}  // namespace
+}  // namespace grouplin
