@@ -2,7 +2,7 @@
 // extension when writing.
 //
 //   grouplin::Checkpoint c = grouplin::load_checkpoint("model.pt");   // or .safetensors
-//   if (c.format == grouplin::CheckpointFormat::Pt) { ... }
+//   if (c.format == grouplin::CheckpointFormat::Pt) std::cout << c.tensors.size() << " tensors\n";
 //   grouplin::save_checkpoint("model.safetensors", c.tensors);        // format from the extension
 //   grouplin::save_checkpoint("out.bin", c.tensors, grouplin::CheckpointFormat::Pt);
 #pragma once

@@ -1,12 +1,14 @@
 // Grouped modules inside a checkpoint, found by their names and shapes, and the plan that
 // rewrites them in another layout without copying anything.
 //
-//   grouplin::Checkpoint c = grouplin::load_checkpoint("model.safetensors");
-//   for (const grouplin::GroupedModule& m : grouplin::find_grouped_modules(c.tensors))
-//     std::cout << m.prefix << " " << grouplin::layout_name(m.layout) << "\n";
+//   grouplin::StateDict sd;  // e.g. grouplin::load_checkpoint("model.safetensors").tensors
+//   sd.insert("mlp.experts.weight", grouplin::Tensor::zeros({8, 16, 32}, grouplin::DType::BF16));
+//   for (const grouplin::GroupedModule& m : grouplin::find_grouped_modules(sd))
+//     std::cout << m.prefix << " " << grouplin::layout_name(m.layout) << "\n";  // single
 //   grouplin::ConversionPlan plan =
-//       grouplin::plan_conversion(c.tensors, grouplin::ExpertLayout::Single);
-//   for (const grouplin::PlannedTensor& t : plan.tensors) { ... t.pieces ... }  // views of c
+//       grouplin::plan_conversion(sd, grouplin::ExpertLayout::PerExpert);
+//   for (const grouplin::PlannedTensor& t : plan.tensors)  // each piece is a view of sd
+//     std::cout << t.name << ": " << t.pieces.size() << " pieces, " << t.nbytes() << " bytes\n";
 //
 // A grouped module with prefix P (empty, or ending in '.') is, as SPEC §5 names them:
 //   per-expert  P.weight0 .. P.weight{N-1}, each [out, in], and optionally P.bias0 ..

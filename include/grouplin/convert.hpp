@@ -3,7 +3,7 @@
 //
 //   grouplin::ConvertOptions o;
 //   o.layout = grouplin::ExpertLayout::Single;
-//   o.progress = [](uint64_t done, uint64_t total) { ... };   // after every chunk
+//   o.progress = [](uint64_t done, uint64_t total) { std::cerr << done << "/" << total << "\r"; };
 //   grouplin::ConvertReport r = grouplin::convert_checkpoint("in.pt", "out.safetensors", o);
 //
 // How it streams: the input is validated by its format's reader over a read-only mapping (only

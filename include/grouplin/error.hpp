@@ -1,10 +1,12 @@
 // GroupLin errors: one exception type carrying a named code and a message.
 //
 //   try {
-//     layer.forward(x, m_splits);
+//     throw grouplin::Error(grouplin::ErrorCode::SplitSumMismatch,  // as GroupedLinear::forward
+//                           "m_splits sum to 7, expected T = 8 (rows of x)");
 //   } catch (const grouplin::Error& e) {
-//     if (e.code() == grouplin::ErrorCode::SplitSumMismatch) { ... }
+//     if (e.code() == grouplin::ErrorCode::SplitSumMismatch) std::cerr << "bad routing\n";
 //     std::cerr << e.what() << "\n";  // names the argument, the expected and the actual value
+//     for (const grouplin::Problem& p : e.problems()) std::cerr << p.key << ": " << p.message;
 //   }
 #pragma once
 

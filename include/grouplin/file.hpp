@@ -2,10 +2,10 @@
 //
 //   auto file = grouplin::MappedFile::open("model.safetensors");
 //   file->will_need(0, file->size());                     // read-ahead, avoids 4 KiB faults
-//   auto bytes = file->storage(offset, len);                 // zero-copy, keeps the mapping alive
+//   auto bytes = file->storage(0, file->size());             // zero-copy, keeps the mapping alive
 //
 //   auto out = grouplin::AtomicFile::create("out.safetensors");
-//   out->write(bytes);   // goes to a temporary file in the same folder
+//   out->write({bytes->data(), bytes->size()});  // goes to a temporary file in the same folder
 //   out->commit();       // fsync, rename over the final name (the commit point), fsync the folder
 //   // destroyed without commit(): the temporary file is removed, the old file is untouched
 //

@@ -5,7 +5,9 @@
 //   o.weight_layout = grouplin::WeightLayout::Single;     // or PerExpert, Contiguous
 //   grouplin::GroupedLinear fc1(o);
 //   std::vector<int64_t> m_splits = {3, 0, 5, 2, 2, 0, 1, 3};  // rows of x per expert, sum = T
+//   grouplin::Tensor x = grouplin::Tensor::zeros({16, 512}, grouplin::DType::F32);
 //   grouplin::Tensor y = fc1.forward(x, m_splits);          // x [T, 512] -> y [T, 1024]
+//   grouplin::Tensor dy = grouplin::Tensor::zeros({16, 1024}, grouplin::DType::F32);
 //   grouplin::Tensor dx = fc1.backward(dy);                   // fills weight and bias grads
 //
 // The three layouts hold bit-identical values from the same seed and give bit-identical
@@ -41,7 +43,7 @@ struct GroupedLinearOptions {
   int64_t out_features = 1;
   bool bias = true;
   DType params_dtype = DType::F32;            // F32 or BF16; inputs and outputs use the same dtype
-  std::optional<WeightLayout> weight_layout;  // unset: see resolve_weight_layout
+  std::optional<WeightLayout> weight_layout{};  // unset: see resolve_weight_layout
   // Accumulate weight gradients into F32 Parameter::main_grad instead of overwriting grad.
   bool fuse_wgrad_accumulation = false;
   uint64_t seed = 0;  // initialisation is a pure function of (seed, options)

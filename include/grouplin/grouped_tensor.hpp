@@ -1,7 +1,8 @@
 // GroupedTensor: N member tensors in one allocation.
 //
-//   auto g = grouplin::GroupedTensor::make_uniform(8, {out, in}, grouplin::DType::F32);
+//   auto g = grouplin::GroupedTensor::make_uniform(8, {1024, 512}, grouplin::DType::F32);
 //   grouplin::Tensor w3 = g.member(3);       // zero-copy view
+//   std::vector<grouplin::Tensor> per_expert = {w3.clone(), w3.clone()};
 //   auto h = grouplin::GroupedTensor::from_members(per_expert);  // one copy of each member
 //
 // Every member starts at a multiple of kStorageAlignment (64 bytes) from the storage start.

@@ -1,9 +1,11 @@
 // GroupLin: the grouped linear layer of Mixture-of-Experts models, its weight layouts and
-// checkpoints. Include this one header for the whole public API.
+// checkpoints. Include this one header (#include "grouplin/grouplin.hpp") for the public API;
+// authors of modules add grouplin/module_extension.hpp.
 //
-//   #include "grouplin/grouplin.hpp"
 //   grouplin::GroupedLinear fc({.num_gemms = 8, .in_features = 64, .out_features = 128});
-//   grouplin::Tensor y = fc.forward(x, m_splits);
+//   grouplin::Tensor x = grouplin::Tensor::zeros({10, 64}, grouplin::DType::F32);
+//   std::vector<int64_t> m_splits = {1, 2, 0, 3, 0, 4, 0, 0};  // rows per expert, sum = 10
+//   grouplin::Tensor y = fc.forward(x, m_splits);              // [10, 128]
 #pragma once
 
 #include "grouplin/checkpoint.hpp"

@@ -1,6 +1,8 @@
 // Loading state dicts into module trees: the options and the report (Module::load_state_dict).
 //
-//   grouplin::LoadReport r = model.load_state_dict(sd, {.strict = true, .assign = false});
+//   grouplin::LoadOptions o;
+//   o.prefix = "model.layers.3.mlp.experts.";  // this module's entries in a whole-model dict
+//   grouplin::LoadReport r;                     // as module.load_state_dict(sd, o) returns it
 //   for (const auto& c : r.layout_conversions)
 //     std::cout << c.module << ": " << layout_name(c.from) << " -> " << layout_name(c.to) << "\n";
 //

@@ -1,9 +1,10 @@
 // Module: a node of a model tree with named parameters, buffers and children.
 //
 //   auto model = std::make_shared<grouplin::Sequential>();
-//   model->add_child("fc1", std::make_shared<grouplin::GroupedLinear>(opts));
-//   grouplin::StateDict sd = model->state_dict();   // "fc1.weight0", ..., "fc1._extra_state"
-//   grouplin::LoadReport r = other->load_state_dict(sd);  // any layout into any layout
+//   model->add_child("decoder", std::make_shared<grouplin::Sequential>());  // a GroupedLinear...
+//   grouplin::StateDict sd = model->state_dict();   // "decoder.fc1.weight0", ...
+//   grouplin::LoadReport r = model->load_state_dict(sd, {.strict = true});  // any layout
+//   std::cout << r.loaded.size() << " entries loaded\n";
 //
 // Parameter and buffer names are local ("weight3"); state dicts use dotted paths
 // ("decoder.layers.0.fc1.weight3"). Not thread-safe: one thread uses a module at a time.

@@ -2,19 +2,28 @@
 // Module::plan_load fills in for its own entries. Users of modules never need this header (it is
 // not part of grouplin.hpp); see load_state_dict.hpp for loading.
 //
-//   class Scale : public grouplin::Module {
+//   class Scale : public grouplin::Module {  // loads "gamma", or its old name "scale"
+//    public:
+//     Scale() { register_parameter("gamma", grouplin::Tensor::zeros({4}, grouplin::DType::F32)); }
+//
 //    protected:
 //     void plan_load(const grouplin::StateDict& source, const std::string& prefix,
 //                    grouplin::LoadPlan& plan) override {
-//       const std::string key = prefix + "gamma";
-//       if (const grouplin::Tensor* t = source.find(key)) {
-//         plan.claim(key);
-//         plan.plan_copy(key, *t, *this, 0);
-//       } else {
-//         plan.add_missing(key);
+//       for (const char* name : {"gamma", "scale"}) {
+//         const std::string key = prefix + name;
+//         if (const grouplin::Tensor* t = source.find(key)) {
+//           plan.claim(key);
+//           plan.plan_copy(key, *t, *this, 0);  // checked now, written once all checks passed
+//           return;
+//         }
 //       }
+//       plan.add_missing(prefix + "gamma");
 //     }
 //   };
+//   Scale scale;
+//   grouplin::StateDict old;
+//   old.insert("scale", grouplin::Tensor::zeros({4}, grouplin::DType::BF16));
+//   scale.load_state_dict(old);  // BF16 "scale" into F32 "gamma"
 #pragma once
 
 #include <string>

@@ -1,7 +1,8 @@
 // Plain SGD over a module tree.
 //
-//   layer.backward(dy);
+//   grouplin::Sequential model;         // any module tree, after a backward pass
 //   grouplin::sgd_step(model, 0.01f);   // value -= lr * gradient, for every parameter
+//   grouplin::zero_grad(model);
 #pragma once
 
 #include "grouplin/module.hpp"

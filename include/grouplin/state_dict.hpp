@@ -1,8 +1,10 @@
 // StateDict: an ordered map from dotted names to tensors, as modules save and load them.
 //
 //   grouplin::StateDict sd;
+//   grouplin::Tensor w0 = grouplin::Tensor::zeros({4, 8}, grouplin::DType::F32);
 //   sd.insert("decoder.fc1.weight0", w0);        // throws DuplicateName if present
-//   for (const auto& [name, tensor] : sd) { ... } // insertion order
+//   for (const auto& [name, tensor] : sd)        // insertion order
+//     std::cout << name << " " << tensor.numel() << "\n";
 //   const grouplin::Tensor* w = sd.find("decoder.fc1.weight0");
 //
 // Iteration follows insertion order. Copying a StateDict copies tensor views, not bytes.

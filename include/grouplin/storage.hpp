@@ -1,8 +1,9 @@
 // Reference-counted byte buffers that tensors view.
 //
 //   auto heap = grouplin::Storage::allocate(4096);          // zeroed, 64-byte aligned, writable
-//   auto mapped = grouplin::Storage::wrap(ptr, size, owner); // read-only, keeps `owner` alive
-//   auto arena = grouplin::Storage::wrap_writable(buf, size, owner);  // the caller's memory
+//   auto owner = std::make_shared<std::vector<std::byte>>(4096);  // what keeps the bytes alive
+//   auto mapped = grouplin::Storage::wrap(owner->data(), owner->size(), owner);  // read-only
+//   auto arena = grouplin::Storage::wrap_writable(owner->data(), owner->size(), owner);
 //
 // A Storage is either owned heap memory or borrowed memory (a file mapping, a NumPy array, an
 // inference engine's arena) that holds a reference to whatever keeps that memory valid. Not
