@@ -1,5 +1,5 @@
-// Grouped modules inside a checkpoint, found by their names and shapes, and the plan that
-// rewrites them in another layout without copying anything.
+// Grouped modules inside a checkpoint, found by layout rules (layout_rules.hpp), and the plan
+// that rewrites them in another layout without copying anything.
 //
 //   grouplin::StateDict sd;  // e.g. grouplin::load_checkpoint("model.safetensors").tensors
 //   sd.insert("mlp.experts.weight", grouplin::Tensor::zeros({8, 16, 32}, grouplin::DType::BF16));
@@ -10,19 +10,30 @@
 //   for (const grouplin::PlannedTensor& t : plan.tensors)  // each piece is a view of sd
 //     std::cout << t.name << ": " << t.pieces.size() << " pieces, " << t.nbytes() << " bytes\n";
 //
-// A grouped module with prefix P (empty, or ending in '.') is, as SPEC §5 names them:
+// A grouped module is a prefix P (empty, or ending in '.') under which a rule set's tensors are
+// found, each either stacked (single layout) or as per-expert entries: with the te rules,
 //   per-expert  P.weight0 .. P.weight{N-1}, each [out, in], and optionally P.bias0 ..
 //               P.bias{N-1}, each [out] (indices in decimal, no leading zeros, at most 9
 //               digits, N >= 1: the same rule GroupedLinear's load applies);
-//   single      P.weight [N, out, in] and optionally P.bias [N, out].
-// A rank-3 P.weight whose P.bias has rank 1 is a convolution, not a grouped module; a rank-2
-// P.weight is a plain linear layer. Everything else is an ordinary entry and passes through.
-// The scan checks every candidate; the problems, each naming the prefix:
-//   missing indices, or biases for some experts only, or biases without weights .. PartialExpertSet
-//   P.weight or P.bias beside P.weight{i} / P.bias{i} ......................... BothLayoutsPresent
-//   a weight not [out, in] (or not [N, out, in]), weights of different shapes,
-//   a bias not [out] (or not [N, out]) ............................................. ShapeMismatch
-//   weights of different dtypes, or biases of different dtypes .................... DTypeMismatch
+//   single      P.weight [N, out, in] and optionally P.bias [N, out] (or [N, 1, out]);
+// each tensor in its own layout (a single weight beside per-expert biases is one module, whose
+// layout is "mixed"). With the hf rules, P.{E}.gate_proj.weight, P.{E}.up_proj.weight and
+// P.{E}.down_proj.weight are the per-expert form of P.gate_up_proj and P.down_proj.
+// A stacked first tensor of the wrong rank is no module (a rank-2 P.weight is a linear layer),
+// nor one beside a stacked tensor of the wrong rank (a rank-3 P.weight whose P.bias has rank 1
+// is a convolution). Everything else is an ordinary entry and passes through.
+// The scan checks every candidate; the problems, each naming the module:
+//   missing indices, a tensor for some experts only, per-expert entries without the module's
+//   first tensor, a required tensor missing ..........................................
+//   PartialExpertSet one tensor both stacked and per-expert .....................................
+//   BothLayoutsPresent a tensor of the wrong rank, experts of different shapes, dims that disagree
+//   between the module's tensors (a bias not [out]), a stacked tensor with no experts or whose
+//   experts do not split into its parts
+//   ............................................................ ShapeMismatch experts (or parts)
+//   of one tensor in different dtypes ............................. DTypeMismatch a key that two
+//   rules claim ............................................................ RuleConflict
+// plan_conversion with rules given explicitly also refuses a rule set that matches nothing
+// (RuleMatchedNothing).
 //
 // The functions share no state; they may run on several threads at once.
 #pragma once
@@ -36,22 +47,35 @@
 #include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/layout.hpp"
+#include "grouplin/layout_rules.hpp"
 #include "grouplin/state_dict.hpp"
 #include "grouplin/tensor.hpp"
 
 namespace grouplin {
 
+// One stacked tensor of a grouped module, as found.
+struct ExpertTensor {
+  std::string name;  // its name in the single layout: "m.experts.gate_up_proj"
+  ExpertLayout layout = ExpertLayout::PerExpert;
+  Shape expert_shape;  // one expert's slice: [2I, H]
+  DType dtype = DType::F32;
+  std::vector<std::string> keys;  // its entries in the dict, in dict order
+};
+
 // One grouped module found in a state dict.
 struct GroupedModule {
-  std::string prefix;  // "model.layers.3.mlp.experts." ("" at the root)
-  ExpertLayout layout = ExpertLayout::PerExpert;
+  std::string prefix;  // "model.layers.3.mlp.experts." ("" at the root), as spelled in the dict
+  ExpertLayout layout = ExpertLayout::PerExpert;  // of its first tensor
+  bool mixed = false;                             // its tensors are not all in `layout`
   int64_t num_experts = 0;
-  int64_t out_features = 0;
+  int64_t out_features = 0;  // dims of one expert of the first tensor, when it has two
   int64_t in_features = 0;
-  DType dtype = DType::F32;  // of the weights
-  bool bias = false;
-  DType bias_dtype = DType::F32;  // of the biases, when bias
-  std::vector<std::string> keys;  // the module's entries in the dict, in dict order
+  DType dtype = DType::F32;           // of the first tensor (the weights)
+  bool bias = false;                  // it has a tensor P.bias (the te rules)
+  DType bias_dtype = DType::F32;      // of the biases, when bias
+  std::vector<std::string> keys;      // the module's entries in the dict, in dict order
+  std::string rules;                  // name of the rule set that found it: "te", "hf", ...
+  std::vector<ExpertTensor> tensors;  // in the rule set's order
 };
 
 // What a scan found: the consistent grouped modules, in the order of their first entry in the
@@ -61,15 +85,22 @@ struct GroupedScan {
   std::vector<Error> problems;
 };
 
-// Finds the grouped modules of `dict` by name and shape. Never throws for what the dict holds;
-// problems are returned. Reads no tensor data.
-GroupedScan scan_grouped_modules(const StateDict& dict);
+// The rule sets that fit `dict`: te always, and the Hugging Face set whose per-expert names the
+// keys use (a set with renames, such as hf-mixtral, when a key holds what it renames); for keys
+// of the fused form only, the set `model_type` (config.json) names, else hf. The first set wins
+// a key both would claim (RuleConflict is for explicit sets).
+std::vector<LayoutRules> detect_rules(const StateDict& dict, std::string_view model_type = "");
+
+// Finds the grouped modules of `dict` with `rules` (detect_rules(dict) when empty). Never throws
+// for what the dict holds; problems are returned. Reads no tensor data.
+GroupedScan scan_grouped_modules(const StateDict& dict, const std::vector<LayoutRules>& rules = {});
 
 // scan_grouped_modules, throwing the first problem (in dict order) if there is any.
-std::vector<GroupedModule> find_grouped_modules(const StateDict& dict);
+std::vector<GroupedModule> find_grouped_modules(const StateDict& dict,
+                                                const std::vector<LayoutRules>& rules = {});
 
 // One tensor of a converted checkpoint: its bytes are the bytes of `pieces`, in order. Every piece
-// is a view of the source dict (a whole entry, or one expert of a single-layout entry).
+// is a view of the source dict (a whole entry, or a part of one expert of a stacked entry).
 struct PlannedTensor {
   std::string name;
   DType dtype = DType::F32;
@@ -78,6 +109,11 @@ struct PlannedTensor {
 
   // Bytes of the tensor (the sum of the pieces' bytes).
   uint64_t nbytes() const;
+  // Slice i along dim 0 (rank drops by one), as views of the pieces that hold its bytes.
+  // Throws Error(OutOfBounds).
+  PlannedTensor select(int64_t i) const;
+  // A plan of one whole tensor.
+  static PlannedTensor of(std::string name, const Tensor& t);
 };
 
 // The entries of `dict` with every grouped module in `target` layout.
@@ -86,14 +122,33 @@ struct ConversionPlan {
   std::vector<PlannedTensor> tensors;  // in output order
 };
 
+// Experts [begin, end) of every grouped module: what one rank of an expert-parallel job keeps.
+struct ExpertRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+struct PlanOptions {
+  // The rule sets; empty: detect_rules(dict, model_type). When given, each must match at least
+  // one module (RuleMatchedNothing).
+  std::vector<LayoutRules> rules{};
+  std::string model_type{};  // config.json's model_type, for detect_rules
+  // Keep only these experts of every module, renumbered from 0; unset: all. Error(OutOfBounds)
+  // when a module has fewer than `end` experts or the range is empty.
+  std::optional<ExpertRange> experts{};
+};
+
 // Plans the conversion of every grouped module of `dict` to `target`: per-expert -> single gives
-// P.weight [N, out, in] whose pieces are the N weights (and P.bias [N, out] from the N biases);
-// single -> per-expert gives P.weight{i} = expert i of P.weight (and P.bias{i}); modules already
-// in `target` layout and every other entry pass through as one piece. The output keeps the
-// dict's order, a module's entries taking the place of its first entry; per-expert entries are
-// weight0..weight{N-1} then bias0..bias{N-1}, as GroupedLinear::state_dict() orders them.
+// each stacked tensor whose pieces are the experts' entries (part by part: gate_0, up_0, gate_1,
+// ...); single -> per-expert gives each expert's entries as views of the stacked tensor (split in
+// equal parts along dim 0 for a tensor of several parts); entries of other keys pass through,
+// renamed as the rule sets' renames say for `target`. Modules already in `target` layout (and
+// not sliced) pass through in the dict's order; the others are written in the rule set's order
+// (tensor-major for te, as GroupedLinear::state_dict() orders them; expert-major for hf, as
+// module lists do), in the place of the module's first entry.
 // Copies no tensor bytes; the pieces keep the source storages alive.
-// Throws the first problem of scan_grouped_modules.
-ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target);
+// Throws the first problem of scan_grouped_modules, and the errors of PlanOptions above.
+ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
+                               const PlanOptions& options = {});
 
 }  // namespace grouplin

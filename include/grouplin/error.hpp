@@ -51,6 +51,10 @@ namespace grouplin {
   X(Fp8ScalesNotApplied)        \
   X(DuplicateName)              \
   X(LoadFailed)                 \
+  /* Layout rules. */           \
+  X(InvalidRules)               \
+  X(RuleMatchedNothing)         \
+  X(RuleConflict)               \
   /* Files in general. */       \
   X(IoError)                    \
   X(UnknownFormat)              \

@@ -1,244 +1,148 @@
-// Recognising grouped modules by name and shape, and planning their conversion as lists of views.
+// Grouped modules by layout rules, and conversion plans as lists of views (see
+// include/grouplin/checkpoint_layout.hpp). The scan itself is layout/module_scan.cpp.
 #include "grouplin/checkpoint_layout.hpp"
 
-#include <algorithm>
-#include <map>
 #include <unordered_map>
 
-#include "layout/expert_names.hpp"
+#include "layout/key_pattern.hpp"
+#include "layout/module_scan.hpp"
 
 namespace grouplin {
 namespace {
 
-// Missing indices quoted in one PartialExpertSet message.
-constexpr size_t kMaxListed = 8;
+const std::vector<LayoutRules>& or_detected(const std::vector<LayoutRules>& rules,
+                                            const StateDict& dict, std::vector<LayoutRules>& own,
+                                            std::string_view model_type) {
+  if (!rules.empty()) return rules;
+  own = detect_rules(dict, model_type);
+  return own;
+}
 
-// The entries of one prefix that may form a grouped module.
-struct Candidate {
-  std::string prefix;
-  std::map<int64_t, const StateDict::Entry*> weights;  // per-expert, by index
-  std::map<int64_t, const StateDict::Entry*> biases;
-  const StateDict::Entry* weight = nullptr;  // P.weight, any rank
-  const StateDict::Entry* bias = nullptr;    // P.bias, any rank
+// Emits one module in the target layout, as views of its entries.
+class ModulePlanner {
+ public:
+  ModulePlanner(const layout::FoundModule& f, const GroupedModule& g, const LayoutRules& r,
+                int64_t begin, int64_t end)
+      : f_(f), g_(g), r_(r), begin_(begin), end_(end) {
+    std::string error;
+    for (const StackedTensorRule& t : r.tensors) {
+      stacked_.push_back(*layout::KeyPattern::compile(t.stacked, false, error));
+      parts_.emplace_back();
+      for (const std::string& p : t.parts) {
+        parts_.back().push_back(*layout::KeyPattern::compile(p, true, error));
+      }
+    }
+  }
+
+  void single(std::vector<PlannedTensor>& out) const {
+    for (size_t t = 0; t < f_.tensors.size(); ++t) {
+      const layout::FoundTensor& ft = f_.tensors[t];
+      if (!ft.present) continue;
+      const ExpertTensor& et = tensor_info(t);
+      PlannedTensor p{stacked_[t].format(f_.canonical), et.dtype, et.expert_shape, {}};
+      p.shape.insert(p.shape.begin(), end_ - begin_);
+      if (ft.stacked != nullptr) {
+        p.pieces.push_back(ft.stacked->second.rows(begin_, end_ - begin_));
+      } else {
+        for (int64_t e = begin_; e < end_; ++e) {
+          for (const auto& part : ft.parts) p.pieces.push_back(part.at(e)->second);
+        }
+      }
+      out.push_back(std::move(p));
+    }
+  }
+
+  void per_expert(std::vector<PlannedTensor>& out) const {
+    if (r_.expert_major) {
+      for (int64_t e = begin_; e < end_; ++e) {
+        for (size_t t = 0; t < f_.tensors.size(); ++t) expert_parts(t, e, out);
+      }
+    } else {
+      for (size_t t = 0; t < f_.tensors.size(); ++t) {
+        for (int64_t e = begin_; e < end_; ++e) expert_parts(t, e, out);
+      }
+    }
+  }
+
+ private:
+  const ExpertTensor& tensor_info(size_t t) const {
+    size_t k = 0;  // g_.tensors holds only the present tensors
+    for (size_t i = 0; i < t; ++i) k += f_.tensors[i].present;
+    return g_.tensors[k];
+  }
+
+  void expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>& out) const {
+    const layout::FoundTensor& ft = f_.tensors[t];
+    if (!ft.present) return;
+    Tensor slice;
+    if (ft.stacked != nullptr) {
+      slice = ft.stacked->second.select(e);
+      if (ft.unit_dim) slice = slice.select(0);
+    }
+    int64_t row = 0;
+    for (size_t p = 0; p < parts_[t].size(); ++p) {
+      const std::string name = parts_[t][p].format(f_.spelled, e - begin_);
+      const Tensor piece =
+          ft.stacked != nullptr ? slice.rows(row, ft.part_rows[p]) : ft.parts[p].at(e)->second;
+      row += ft.part_rows[p];
+      out.push_back(PlannedTensor::of(name, piece));
+    }
+  }
+
+  const layout::FoundModule& f_;
+  const GroupedModule& g_;
+  const LayoutRules& r_;
+  int64_t begin_, end_;
+  std::vector<layout::KeyPattern> stacked_;
+  std::vector<std::vector<layout::KeyPattern>> parts_;
 };
-
-// Splits "a.b.weight12" into ("a.b.", weight, 12) by the one expert-name rule; index -1 for a
-// bare "weight" or "bias". Returns false for every other leaf.
-bool split_name(const std::string& name, std::string& prefix, bool& is_weight, int64_t& index) {
-  const layout::SplitKey k = layout::split_key(name);
-  is_weight = k.leaf.starts_with("weight");
-  if (!is_weight && !k.leaf.starts_with("bias")) return false;
-  const std::string_view base = is_weight ? "weight" : "bias";
-  if (k.leaf == base) {
-    index = -1;
-  } else if (std::optional<int64_t> i = layout::expert_index(k.leaf, base)) {
-    index = *i;
-  } else {
-    return false;
-  }
-  prefix = std::string(k.prefix);
-  return true;
-}
-
-std::string module_name(const std::string& prefix) {
-  return prefix.empty() ? std::string("grouped module at the root")
-                        : "grouped module " + quote(prefix);
-}
-
-// "weight3, weight7" for the indices in [0, n) that `present` lacks (at most kMaxListed).
-std::string missing_list(const std::map<int64_t, const StateDict::Entry*>& present, int64_t n,
-                         const char* leaf) {
-  std::string out;
-  size_t listed = 0;
-  for (int64_t i = 0; i < n && listed < kMaxListed; ++i) {
-    if (present.count(i)) continue;
-    out += (listed ? ", " : "") + std::string(leaf) + std::to_string(i);
-    ++listed;
-  }
-  const uint64_t missing = static_cast<uint64_t>(n) - present.size();  // present is within [0, n)
-  if (missing > listed) out += " and " + std::to_string(missing - listed) + " more";
-  return out;
-}
-
-// Checks a per-expert candidate; adds a module or a problem.
-void check_per_expert(const Candidate& c, GroupedScan& scan) {
-  const std::string what = module_name(c.prefix);
-  auto fail = [&](ErrorCode code, const std::string& message) {
-    scan.problems.emplace_back(code, what + ": " + message);
-  };
-  if (c.weight != nullptr || c.bias != nullptr) {
-    const StateDict::Entry* both = c.weight != nullptr ? c.weight : c.bias;
-    const StateDict::Entry* other =
-        !c.weights.empty() ? c.weights.begin()->second : c.biases.begin()->second;
-    fail(ErrorCode::BothLayoutsPresent, "has both " + quote(both->first) + " and " +
-                                            quote(other->first) +
-                                            " (single and per-expert layouts at once)");
-    return;
-  }
-  if (c.weights.empty()) {
-    fail(ErrorCode::PartialExpertSet, "has " + quote(c.biases.begin()->second->first) + " but no " +
-                                          quote(c.prefix + "weight0") +
-                                          " (biases without weights)");
-    return;
-  }
-  const int64_t n = c.weights.rbegin()->first + 1;
-  if (static_cast<int64_t>(c.weights.size()) != n) {
-    fail(ErrorCode::PartialExpertSet, "has " + std::to_string(c.weights.size()) +
-                                          " expert weights up to " +
-                                          quote(c.weights.rbegin()->second->first) + " but lacks " +
-                                          missing_list(c.weights, n, "weight"));
-    return;
-  }
-  if (!c.biases.empty()) {
-    const int64_t last_bias = c.biases.rbegin()->first;
-    if (last_bias >= n) {
-      fail(ErrorCode::PartialExpertSet, "has " + quote(c.biases.rbegin()->second->first) +
-                                            " but only " + std::to_string(n) + " expert weights");
-      return;
-    }
-    if (static_cast<int64_t>(c.biases.size()) != n) {
-      fail(ErrorCode::PartialExpertSet, "has biases for " + std::to_string(c.biases.size()) +
-                                            " of its " + std::to_string(n) + " experts; lacks " +
-                                            missing_list(c.biases, n, "bias"));
-      return;
-    }
-  }
-  const Tensor& w0 = c.weights.begin()->second->second;
-  if (w0.rank() != 2) {
-    fail(ErrorCode::ShapeMismatch, quote(c.weights.begin()->second->first) + " has shape " +
-                                       shape_to_string(w0.shape()) +
-                                       ", expected [out_features, in_features]");
-    return;
-  }
-  for (const auto& [i, e] : c.weights) {
-    if (e->second.shape() != w0.shape()) {
-      fail(ErrorCode::ShapeMismatch,
-           quote(e->first) + " has shape " + shape_to_string(e->second.shape()) + ", expected " +
-               shape_to_string(w0.shape()) + " as " + quote(c.weights.begin()->second->first));
-      return;
-    }
-    if (e->second.dtype() != w0.dtype()) {
-      fail(ErrorCode::DTypeMismatch, quote(e->first) + " is " +
-                                         std::string(dtype_name(e->second.dtype())) +
-                                         ", expected " + std::string(dtype_name(w0.dtype())) +
-                                         " as " + quote(c.weights.begin()->second->first));
-      return;
-    }
-  }
-  GroupedModule m;
-  m.prefix = c.prefix;
-  m.layout = ExpertLayout::PerExpert;
-  m.num_experts = n;
-  m.out_features = w0.dim(0);
-  m.in_features = w0.dim(1);
-  m.dtype = w0.dtype();
-  if (!c.biases.empty()) {
-    const Tensor& b0 = c.biases.begin()->second->second;
-    for (const auto& [i, e] : c.biases) {
-      if (e->second.shape() != Shape{m.out_features}) {
-        fail(ErrorCode::ShapeMismatch, quote(e->first) + " has shape " +
-                                           shape_to_string(e->second.shape()) + ", expected [" +
-                                           std::to_string(m.out_features) + "]");
-        return;
-      }
-      if (e->second.dtype() != b0.dtype()) {
-        fail(ErrorCode::DTypeMismatch, quote(e->first) + " is " +
-                                           std::string(dtype_name(e->second.dtype())) +
-                                           ", expected " + std::string(dtype_name(b0.dtype())) +
-                                           " as " + quote(c.biases.begin()->second->first));
-        return;
-      }
-    }
-    m.bias = true;
-    m.bias_dtype = b0.dtype();
-  }
-  scan.modules.push_back(std::move(m));
-}
-
-// Checks a single-layout candidate (P.weight of rank 3); adds a module or a problem, or nothing
-// for a convolution.
-void check_single(const Candidate& c, GroupedScan& scan) {
-  const Tensor& w = c.weight->second;
-  GroupedModule m;
-  m.prefix = c.prefix;
-  m.layout = ExpertLayout::Single;
-  m.num_experts = w.dim(0);
-  m.out_features = w.dim(1);
-  m.in_features = w.dim(2);
-  m.dtype = w.dtype();
-  if (c.bias != nullptr) {
-    const Tensor& b = c.bias->second;
-    if (b.rank() == 1) return;  // weight [out, in, k] with bias [out]: a convolution
-    if (b.shape() != Shape{m.num_experts, m.out_features}) {
-      scan.problems.emplace_back(
-          ErrorCode::ShapeMismatch,
-          module_name(c.prefix) + ": " + quote(c.bias->first) + " has shape " +
-              shape_to_string(b.shape()) + ", expected [num_experts, out_features] = [" +
-              std::to_string(m.num_experts) + ", " + std::to_string(m.out_features) + "] for " +
-              quote(c.weight->first) + " of shape " + shape_to_string(w.shape()));
-      return;
-    }
-    m.bias = true;
-    m.bias_dtype = b.dtype();
-  }
-  if (m.num_experts == 0) {
-    scan.problems.emplace_back(ErrorCode::ShapeMismatch,
-                               module_name(c.prefix) + ": " + quote(c.weight->first) +
-                                   " has shape " + shape_to_string(w.shape()) +
-                                   ": no experts (a grouped module has at least one)");
-    return;
-  }
-  scan.modules.push_back(std::move(m));
-}
 
 }  // namespace
 
-GroupedScan scan_grouped_modules(const StateDict& dict) {
-  std::vector<Candidate> candidates;
-  std::unordered_map<std::string, size_t> by_prefix;
-  for (const StateDict::Entry& entry : dict) {
-    std::string prefix;
-    bool is_weight = false;
-    int64_t index = -1;
-    if (split_name(entry.first, prefix, is_weight, index)) {
-      auto [it, added] = by_prefix.emplace(prefix, candidates.size());
-      if (added) candidates.push_back({prefix, {}, {}, nullptr, nullptr});
-      Candidate& c = candidates[it->second];
-      if (index >= 0) {
-        (is_weight ? c.weights : c.biases)[index] = &entry;
-      } else {
-        (is_weight ? c.weight : c.bias) = &entry;
+std::vector<LayoutRules> detect_rules(const StateDict& dict, std::string_view model_type) {
+  std::vector<LayoutRules> out = {builtin_rules("te")};
+  std::optional<std::string> chosen;
+  if (!model_type.empty()) chosen = rules_for_model_type(model_type);
+  if (!chosen) {
+    // Per-expert names: a set with renames when a key holds what they rename.
+    std::string error;
+    for (const char* name : {"hf-mixtral", "hf-w1w3", "hf"}) {
+      const LayoutRules r = builtin_rules(name);
+      const layout::KeyPattern p = *layout::KeyPattern::compile(r.tensors[0].parts[0], true, error);
+      for (const auto& [key, t] : dict) {
+        const bool renamed = r.renames.empty() || key.find(r.renames[0].first) != std::string::npos;
+        if (renamed && p.match(key)) {
+          chosen = name;
+          break;
+        }
+      }
+      if (chosen) break;
+    }
+  }
+  if (!chosen) {
+    // The fused form alone: its names do not tell the family, hf is the common one.
+    std::string error;
+    const layout::KeyPattern fused =
+        *layout::KeyPattern::compile(builtin_rules("hf").tensors[0].stacked, false, error);
+    for (const auto& [key, t] : dict) {
+      if (t.rank() == 3 && fused.match(key)) {
+        chosen = "hf";
+        break;
       }
     }
   }
-
-  GroupedScan scan;
-  for (const Candidate& c : candidates) {
-    if (!c.weights.empty() || !c.biases.empty()) {
-      check_per_expert(c, scan);
-    } else if (c.weight != nullptr && c.weight->second.rank() == 3) {
-      check_single(c, scan);
-    }
-  }
-  // Each module's keys, in dict order.
-  std::unordered_map<std::string, size_t> module_of;
-  for (size_t i = 0; i < scan.modules.size(); ++i) module_of.emplace(scan.modules[i].prefix, i);
-  for (const StateDict::Entry& entry : dict) {
-    std::string prefix;
-    bool is_weight = false;
-    int64_t index = -1;
-    if (!split_name(entry.first, prefix, is_weight, index)) continue;
-    auto it = module_of.find(prefix);
-    if (it == module_of.end()) continue;
-    GroupedModule& m = scan.modules[it->second];
-    const bool per_expert = m.layout == ExpertLayout::PerExpert;
-    if ((index >= 0) == per_expert) m.keys.push_back(entry.first);
-  }
-  return scan;
+  if (chosen) out.push_back(builtin_rules(*chosen));
+  return out;
 }
 
-std::vector<GroupedModule> find_grouped_modules(const StateDict& dict) {
-  GroupedScan scan = scan_grouped_modules(dict);
+GroupedScan scan_grouped_modules(const StateDict& dict, const std::vector<LayoutRules>& rules) {
+  std::vector<LayoutRules> own;
+  return layout::scan_modules(dict, or_detected(rules, dict, own, ""), !rules.empty()).scan;
+}
+
+std::vector<GroupedModule> find_grouped_modules(const StateDict& dict,
+                                                const std::vector<LayoutRules>& rules) {
+  GroupedScan scan = scan_grouped_modules(dict, rules);
   if (!scan.problems.empty()) throw scan.problems.front();
   return std::move(scan.modules);
 }
@@ -249,59 +153,103 @@ uint64_t PlannedTensor::nbytes() const {
   return n;
 }
 
-ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target) {
-  ConversionPlan plan;
-  plan.modules = find_grouped_modules(dict);
-  // Entry name -> (module, is the module's first entry in the dict).
-  std::unordered_map<std::string, std::pair<const GroupedModule*, bool>> owner;
-  for (const GroupedModule& m : plan.modules) {
-    for (size_t k = 0; k < m.keys.size(); ++k) owner.emplace(m.keys[k], std::pair(&m, k == 0));
+PlannedTensor PlannedTensor::of(std::string name, const Tensor& t) {
+  return {std::move(name), t.dtype(), t.shape(), {t}};
+}
+
+PlannedTensor PlannedTensor::select(int64_t i) const {
+  if (shape.empty() || i < 0 || i >= shape[0]) {
+    throw Error(ErrorCode::OutOfBounds, "select(" + std::to_string(i) + ") on planned tensor " +
+                                            quote(name) + " of shape " + shape_to_string(shape));
   }
+  PlannedTensor out{name, dtype, Shape(shape.begin() + 1, shape.end()), {}};
+  const int64_t slab = shape_numel(out.shape);
+  int64_t begin = i * slab, left = slab;  // in elements, across the pieces
+  for (const Tensor& piece : pieces) {
+    if (left == 0) break;
+    const int64_t n = piece.numel();
+    if (begin >= n) {
+      begin -= n;
+      continue;
+    }
+    const int64_t take = std::min(left, n - begin);
+    out.pieces.push_back(piece.reshape({n}).rows(begin, take));
+    left -= take;
+    begin = 0;
+  }
+  return out;
+}
+
+ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
+                               const PlanOptions& options) {
+  std::vector<LayoutRules> own;
+  const std::vector<LayoutRules>& rules = or_detected(options.rules, dict, own, options.model_type);
+  layout::ModuleScan ms = layout::scan_modules(dict, rules, !options.rules.empty());
+  if (!ms.scan.problems.empty()) throw ms.scan.problems.front();
+  if (!options.rules.empty()) {
+    for (size_t s = 0; s < rules.size(); ++s) {
+      if (!ms.matched[s]) {
+        throw Error(ErrorCode::RuleMatchedNothing, "layout rules " + quote(rules[s].name) +
+                                                       " match no entry of the checkpoint (no " +
+                                                       quote(rules[s].tensors[0].stacked) +
+                                                       " nor " +
+                                                       quote(rules[s].tensors[0].parts[0]) + ")");
+      }
+    }
+  }
+  const bool sliced = options.experts.has_value();
+  const int64_t begin = sliced ? options.experts->begin : 0;
+  if (sliced && (begin < 0 || options.experts->end <= begin)) {
+    throw Error(ErrorCode::OutOfBounds, "experts " + std::to_string(begin) + ":" +
+                                            std::to_string(options.experts->end) +
+                                            ": expected 0 <= begin < end");
+  }
+  ConversionPlan plan;
+  plan.modules = ms.scan.modules;
+  // Entry name -> module, and whether it is the module's first entry.
+  std::unordered_map<std::string, std::pair<size_t, bool>> owner;
+  for (size_t m = 0; m < plan.modules.size(); ++m) {
+    const GroupedModule& g = plan.modules[m];
+    if (sliced && options.experts->end > g.num_experts) {
+      throw Error(ErrorCode::OutOfBounds, "experts " + std::to_string(begin) + ":" +
+                                              std::to_string(options.experts->end) +
+                                              " of grouped module " + quote(g.prefix) +
+                                              ", which has " + std::to_string(g.num_experts));
+    }
+    for (size_t k = 0; k < g.keys.size(); ++k) owner.emplace(g.keys[k], std::pair(m, k == 0));
+  }
+  const bool to_single = target == ExpertLayout::Single;
+  auto renamed_all = [&](const std::string& key) {
+    std::string out = key;
+    for (size_t s = 0; s < rules.size(); ++s) {
+      if (ms.matched[s]) out = layout::renamed(out, rules[s], to_single);
+    }
+    return out;
+  };
   for (const auto& [name, tensor] : dict) {
     auto it = owner.find(name);
     if (it == owner.end()) {
-      plan.tensors.push_back({name, tensor.dtype(), tensor.shape(), {tensor}});
+      plan.tensors.push_back(PlannedTensor::of(renamed_all(name), tensor));
       continue;
     }
     if (!it->second.second) continue;  // emitted with the module's first entry
-    const GroupedModule& m = *it->second.first;
-    const std::string& p = m.prefix;
-    const auto n = static_cast<size_t>(m.num_experts);
-    if (m.layout == target) {  // as is, in the module's own order
-      std::vector<std::string> keys;
-      if (m.layout == ExpertLayout::Single) {
-        keys.push_back(p + "weight");
-        if (m.bias) keys.push_back(p + "bias");
-      } else {
-        for (size_t i = 0; i < n; ++i) keys.push_back(layout::expert_key(p, "weight", static_cast<int64_t>(i)));
-        for (size_t i = 0; m.bias && i < n; ++i) keys.push_back(layout::expert_key(p, "bias", static_cast<int64_t>(i)));
+    const size_t m = it->second.first;
+    const GroupedModule& g = plan.modules[m];
+    const layout::FoundModule& f = ms.found[m];
+    const LayoutRules& r = rules[f.rules];
+    bool as_is = !sliced;
+    for (const ExpertTensor& t : g.tensors) as_is = as_is && t.layout == target;
+    if (as_is) {  // in the module's own order
+      for (const std::string& k : g.keys) {
+        plan.tensors.push_back(PlannedTensor::of(layout::renamed(k, r, to_single), dict.at(k)));
       }
-      for (const std::string& k : keys) {
-        const Tensor& t = dict.at(k);
-        plan.tensors.push_back({k, t.dtype(), t.shape(), {t}});
-      }
-    } else if (target == ExpertLayout::Single) {  // per-expert -> single
-      PlannedTensor w{p + "weight", m.dtype, {m.num_experts, m.out_features, m.in_features}, {}};
-      for (size_t i = 0; i < n; ++i) w.pieces.push_back(dict.at(layout::expert_key(p, "weight", static_cast<int64_t>(i))));
-      plan.tensors.push_back(std::move(w));
-      if (m.bias) {
-        PlannedTensor b{p + "bias", m.bias_dtype, {m.num_experts, m.out_features}, {}};
-        for (size_t i = 0; i < n; ++i) b.pieces.push_back(dict.at(layout::expert_key(p, "bias", static_cast<int64_t>(i))));
-        plan.tensors.push_back(std::move(b));
-      }
-    } else {  // single -> per-expert
-      const Tensor& w = dict.at(p + "weight");
-      for (size_t i = 0; i < n; ++i) {
-        Tensor e = w.select(static_cast<int64_t>(i));
-        plan.tensors.push_back({layout::expert_key(p, "weight", static_cast<int64_t>(i)), e.dtype(), e.shape(), {e}});
-      }
-      if (m.bias) {
-        const Tensor& b = dict.at(p + "bias");
-        for (size_t i = 0; i < n; ++i) {
-          Tensor e = b.select(static_cast<int64_t>(i));
-          plan.tensors.push_back({layout::expert_key(p, "bias", static_cast<int64_t>(i)), e.dtype(), e.shape(), {e}});
-        }
-      }
+      continue;
+    }
+    const ModulePlanner planner(f, g, r, begin, sliced ? options.experts->end : g.num_experts);
+    if (to_single) {
+      planner.single(plan.tensors);
+    } else {
+      planner.per_expert(plan.tensors);
     }
   }
   return plan;

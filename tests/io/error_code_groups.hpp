@@ -32,6 +32,9 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::UnsupportedConversion:
     case ErrorCode::Fp8ScalesNotApplied:
     case ErrorCode::LoadFailed:
+    case ErrorCode::InvalidRules:
+    case ErrorCode::RuleMatchedNothing:
+    case ErrorCode::RuleConflict:
     case ErrorCode::IoError:
     case ErrorCode::Interrupted:  // thrown by a caller's callback (the CLI on Ctrl-C), never a file
       return true;

@@ -87,4 +87,74 @@ inline StateDict moe_state_dict(const std::vector<MoeModuleSpec>& modules, Exper
   return sd;
 }
 
+// A Hugging Face MoE checkpoint of `layers` layers of `experts` experts (hidden size `hidden`,
+// expert size `inter`), with the attention, router and norm entries around the experts:
+//   family "qwen"     model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight, router
+//                     model.layers.L.mlp.gate.weight
+//   family "mixtral"  model.layers.L.block_sparse_moe.experts.E.{w1,w3,w2}.weight, router
+//                     model.layers.L.block_sparse_moe.gate.weight
+// in the per-expert form, or, `fused`, as transformers v5 holds it: model.layers.L.mlp.experts.
+// gate_up_proj [N, 2I, H] (each expert's gate rows, then its up rows) and down_proj [N, H, I],
+// every ".block_sparse_moe." renamed ".mlp.". Values do not depend on the form. `scales` adds
+// FP8-style weight_scale_inv entries ([ceil(out/128), ceil(in/128)], F32) beside each weight.
+struct HfSpec {
+  std::string family = "qwen";
+  int64_t layers = 2, experts = 4, hidden = 6, inter = 4;
+  DType dtype = DType::BF16;
+  bool scales = false;
+};
+
+inline StateDict hf_state_dict(const HfSpec& s, bool fused) {
+  const bool mixtral = s.family == "mixtral";
+  const std::string moe = mixtral && !fused ? "block_sparse_moe" : "mlp";
+  const std::string gate = mixtral ? "w1" : "gate_proj", up = mixtral ? "w3" : "up_proj",
+                    down = mixtral ? "w2" : "down_proj";
+  auto blocks = [](int64_t n) { return (n + 127) / 128; };
+  StateDict sd;
+  uint32_t seed = 1;
+  sd.insert("model.embed_tokens.weight", pattern_tensor({10, s.hidden}, s.dtype, seed++));
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string layer = "model.layers." + std::to_string(l) + ".";
+    sd.insert(layer + "self_attn.q_proj.weight",
+              pattern_tensor({s.hidden, s.hidden}, s.dtype, seed++));
+    sd.insert(layer + moe + ".gate.weight", pattern_tensor({s.experts, s.hidden}, s.dtype, seed++));
+    std::vector<Tensor> g, u, d, gs, us, ds;
+    for (int64_t e = 0; e < s.experts; ++e) {
+      g.push_back(pattern_tensor({s.inter, s.hidden}, s.dtype, seed++));
+      u.push_back(pattern_tensor({s.inter, s.hidden}, s.dtype, seed++));
+      d.push_back(pattern_tensor({s.hidden, s.inter}, s.dtype, seed++));
+      gs.push_back(pattern_tensor({blocks(s.inter), blocks(s.hidden)}, DType::F32, seed++));
+      us.push_back(pattern_tensor({blocks(s.inter), blocks(s.hidden)}, DType::F32, seed++));
+      ds.push_back(pattern_tensor({blocks(s.hidden), blocks(s.inter)}, DType::F32, seed++));
+    }
+    const std::string experts = layer + moe + ".experts.";
+    if (fused) {
+      std::vector<Tensor> gate_up, gate_up_scales;
+      for (int64_t e = 0; e < s.experts; ++e) {
+        gate_up.push_back(stack({g[e], u[e]}).reshape({2 * s.inter, s.hidden}));
+        gate_up_scales.push_back(
+            stack({gs[e], us[e]}).reshape({2 * blocks(s.inter), blocks(s.hidden)}));
+      }
+      sd.insert(experts + "gate_up_proj", stack(gate_up));
+      if (s.scales) sd.insert(experts + "gate_up_proj_scale_inv", stack(gate_up_scales));
+      sd.insert(experts + "down_proj", stack(d));
+      if (s.scales) sd.insert(experts + "down_proj_scale_inv", stack(ds));
+    } else {
+      for (int64_t e = 0; e < s.experts; ++e) {
+        const std::string p = experts + std::to_string(e) + ".";
+        sd.insert(p + gate + ".weight", g[e]);
+        if (s.scales) sd.insert(p + gate + ".weight_scale_inv", gs[e]);
+        sd.insert(p + up + ".weight", u[e]);
+        if (s.scales) sd.insert(p + up + ".weight_scale_inv", us[e]);
+        sd.insert(p + down + ".weight", d[e]);
+        if (s.scales) sd.insert(p + down + ".weight_scale_inv", ds[e]);
+      }
+    }
+    sd.insert(layer + "post_attention_layernorm.weight",
+              pattern_tensor({s.hidden}, s.dtype, seed++));
+  }
+  sd.insert("lm_head.weight", pattern_tensor({10, s.hidden}, s.dtype, seed++));
+  return sd;
+}
+
 }  // namespace grouplin::testing

@@ -132,13 +132,47 @@ TEST(CheckpointLayout, BothLayoutsPresent) {
   a.insert("m.weight0", f32({2, 3}));
   EXPECT_EQ(only_problem(a).code(), ErrorCode::BothLayoutsPresent);
   StateDict b;
+  b.insert("m.bias0", f32({2}));
   b.insert("m.weight0", f32({2, 3}));
   b.insert("m.bias", f32({1, 2}));
   EXPECT_EQ(only_problem(b).code(), ErrorCode::BothLayoutsPresent);
+}
+
+// TransformerEngine chooses the weight's and the bias's layout separately: a single weight beside
+// per-expert biases (and the reverse) is one valid module of mixed layout.
+TEST(CheckpointLayout, WeightAndBiasMayHaveTheirOwnLayouts) {
+  StateDict b;
+  b.insert("m.weight0", f32({2, 3}));
+  b.insert("m.bias", f32({1, 2}));
+  std::vector<GroupedModule> found = find_grouped_modules(b);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].layout, ExpertLayout::PerExpert);
+  EXPECT_TRUE(found[0].mixed);
+  EXPECT_TRUE(found[0].bias);
+  ASSERT_EQ(found[0].tensors.size(), 2u);
+  EXPECT_EQ(found[0].tensors[1].name, "m.bias");
+  EXPECT_EQ(found[0].tensors[1].layout, ExpertLayout::Single);
   StateDict c;
-  c.insert("m.weight", f32({1, 2, 3}));
+  c.insert("m.weight", f32({2, 2, 3}));
   c.insert("m.bias0", f32({2}));
-  EXPECT_EQ(only_problem(c).code(), ErrorCode::BothLayoutsPresent);
+  c.insert("m.bias1", f32({2}));
+  found = find_grouped_modules(c);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].layout, ExpertLayout::Single);
+  EXPECT_TRUE(found[0].mixed);
+  // Both convert to one layout.
+  for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+    const ConversionPlan plan = plan_conversion(c, to);
+    ASSERT_EQ(plan.tensors.size(), to == ExpertLayout::Single ? 2u : 4u);
+    if (to == ExpertLayout::Single) {
+      EXPECT_EQ(plan.tensors[1].name, "m.bias");
+      EXPECT_EQ(plan.tensors[1].shape, (Shape{2, 2}));
+      EXPECT_EQ(plan.tensors[1].pieces.size(), 2u);
+    } else {
+      EXPECT_EQ(plan.tensors[0].name, "m.weight0");
+      EXPECT_EQ(plan.tensors[3].name, "m.bias1");
+    }
+  }
 }
 
 TEST(CheckpointLayout, ShapeMismatchPerExpert) {
@@ -212,8 +246,7 @@ void expect_plan_is(const ConversionPlan& plan, const StateDict& want) {
 TEST(CheckpointLayout, PlansEveryDirection) {
   for (ExpertLayout from : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
     for (ExpertLayout to : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
-      SCOPED_TRACE(std::string(layout_name(from)) + " -> " +
-                   std::string(layout_name(to)));
+      SCOPED_TRACE(std::string(layout_name(from)) + " -> " + std::string(layout_name(to)));
       const StateDict src = moe_state_dict(kModules, from);
       const ConversionPlan plan = plan_conversion(src, to);
       EXPECT_EQ(plan.modules.size(), 2u);
