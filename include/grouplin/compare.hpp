@@ -25,6 +25,9 @@ namespace grouplin {
 struct CompareOptions {
   // Differences described in CompareReport::differences (the count covers them all).
   size_t max_listed = 10;
+  // How grouped modules are named in both files (layout_rules.hpp); empty: detected per file.
+  std::vector<LayoutRules> rules{};
+  std::string model_type{};  // config.json's model_type, for detection
 };
 
 struct CompareReport {

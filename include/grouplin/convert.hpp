@@ -36,6 +36,13 @@ namespace grouplin {
 struct ConvertOptions {
   // Layout of every grouped module in OUT.
   ExpertLayout layout = ExpertLayout::Single;
+  // How grouped modules are named (layout_rules.hpp); empty: detected from IN's keys (and
+  // model_type). Given sets must each match something (RuleMatchedNothing).
+  std::vector<LayoutRules> rules{};
+  std::string model_type{};  // config.json's model_type, to tell fused Hugging Face families apart
+  // Keep only experts [begin, end) of every grouped module, renumbered from 0 (one rank of an
+  // expert-parallel job): only their bytes are read. Unset: all experts.
+  std::optional<ExpertRange> experts{};
   // Format of OUT; when not set, the one OUT's extension names (format_for_extension).
   std::optional<CheckpointFormat> format;
   // Replace an existing OUT (never IN).

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "grouplin/checkpoint.hpp"
 #include "grouplin/checkpoint_layout.hpp"
@@ -29,6 +31,9 @@ struct CheckpointSummary {
 // reading only what the reader needs (headers, the .pt pickle and zip directory); no read-ahead
 // of tensor data is started. Inconsistent expert sets are reported in scan.problems, not thrown.
 // Throws Error(IoError), Error(UnknownFormat) and the readers' errors, naming the file.
-CheckpointSummary inspect_checkpoint(const std::string& path);
+// `rules` as in scan_grouped_modules (empty: detected from the keys and `model_type`).
+CheckpointSummary inspect_checkpoint(const std::string& path,
+                                     const std::vector<LayoutRules>& rules = {},
+                                     std::string_view model_type = "");
 
 }  // namespace grouplin

@@ -86,13 +86,14 @@ struct Canonical {
   std::unordered_map<std::string, size_t> index;
 };
 
-Canonical open_canonical(const std::string& path) {
+Canonical open_canonical(const std::string& path, const CompareOptions& options) {
   PtReadOptions pt;
   pt.check_storage_crc = true;
   Canonical c;
   c.src = detail::CheckpointSource::open(path, pt);
   try {
-    c.plan = plan_conversion(c.src->tensors(), ExpertLayout::PerExpert);
+    c.plan = plan_conversion(c.src->tensors(), ExpertLayout::PerExpert,
+                             {options.rules, options.model_type, std::nullopt});
   } catch (const Error& e) {
     throw Error(e.code(), "reading " + quote(path) + ": " + e.message());
   }
@@ -135,8 +136,8 @@ std::string compare_values(const Canonical& a, const PlannedTensor& ta, const Ca
 
 CompareReport compare_checkpoints(const std::string& a_path, const std::string& b_path,
                                   const CompareOptions& options) {
-  const Canonical a = open_canonical(a_path);
-  const Canonical b = open_canonical(b_path);
+  const Canonical a = open_canonical(a_path, options);
+  const Canonical b = open_canonical(b_path, options);
   CompareReport r;
   r.format_a = a.src->format();
   r.format_b = b.src->format();

@@ -146,7 +146,8 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
 
   ConversionPlan plan;
   try {
-    plan = plan_conversion(src->tensors(), options.layout);
+    plan = plan_conversion(src->tensors(), options.layout,
+                           {options.rules, options.model_type, options.experts});
   } catch (const Error& e) {
     throw Error(e.code(), context + ": " + e.message());
   }

@@ -5,14 +5,16 @@
 
 namespace grouplin {
 
-CheckpointSummary inspect_checkpoint(const std::string& path) {
+CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<LayoutRules>& rules,
+                                     std::string_view model_type) {
   std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(path);
   CheckpointSummary s;
   s.format = src->format();
   s.file_bytes = src->file_size();
   s.tensors = src->tensors();  // the views keep the mapping alive
   s.metadata = src->metadata();
-  s.scan = scan_grouped_modules(s.tensors);
+  s.scan =
+      scan_grouped_modules(s.tensors, rules.empty() ? detect_rules(s.tensors, model_type) : rules);
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/interrupt.hpp"
 #include "grouplin/progress.hpp"
+#include "grouplin/rules_option.hpp"
 
 namespace grouplin::cli {
 namespace {
@@ -22,6 +23,8 @@ struct ConvertConfig {
   std::string format;
   bool force = false;
   bool quiet = false;
+  std::string rules;
+  std::string experts;
 };
 
 void run_convert(const ConvertConfig& c) {
@@ -31,6 +34,8 @@ void run_convert(const ConvertConfig& c) {
     o.format = c.format == "pt" ? CheckpointFormat::Pt : CheckpointFormat::Safetensors;
   }
   o.overwrite = c.force;
+  o.rules = rules_from_option(c.rules);
+  if (!c.experts.empty()) o.experts = experts_from_option(c.experts);
   ProgressBar bar("converting", c.quiet);
   // The conversion checks for a signal at its progress points: at the start, after every 16 MiB
   // and after the last byte. A signal that comes later (during the final fsync and rename) does
@@ -86,6 +91,10 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("--format", c->format,
                   "output format (default: from OUT's extension: .safetensors; .pt .pth .bin)")
       ->check(CLI::IsMember({"safetensors", "pt"}));
+  cmd->add_option("--rules", c->rules, kRulesHelp);
+  cmd->add_option("--experts", c->experts,
+                  "keep only experts BEGIN:END (end excluded) of every grouped module, "
+                  "renumbered from 0: one expert-parallel rank's share, reading only its bytes");
   cmd->add_flag("--force", c->force, "replace OUT if it exists (never IN)");
   cmd->add_flag("--quiet", c->quiet, "no progress bar, no summary");
   cmd->footer(
@@ -97,7 +106,11 @@ void add_convert_command(CLI::App& app) {
       "Examples:\n"
       "  grouplin convert model.safetensors single.safetensors --layout single\n"
       "  grouplin convert single.safetensors model.pt --layout per-expert\n"
-      "  grouplin convert model.pt out.bin --layout single --format safetensors --force");
+      "  grouplin convert model.pt out.bin --layout single --format safetensors --force\n"
+      "  grouplin convert qwen3-moe.safetensors fused.safetensors --layout single   # hf rules\n"
+      "  grouplin convert fused.safetensors mixtral.safetensors --layout per-expert "
+      "--rules hf-mixtral\n"
+      "  grouplin convert model.safetensors rank3.safetensors --layout single --experts 96:128");
   cmd->callback([c] { run_convert(*c); });
 }
 

@@ -10,6 +10,7 @@
 #include "grouplin/grouplin.hpp"
 #include "grouplin/inspect.hpp"
 #include "grouplin/progress.hpp"
+#include "grouplin/rules_option.hpp"
 
 namespace grouplin::cli {
 namespace {
@@ -17,6 +18,7 @@ namespace {
 struct InspectConfig {
   std::string file;
   bool json = false;
+  std::string rules;
 };
 
 // Version of the --json document; bumped only if a field changes meaning or goes away.
@@ -57,16 +59,27 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
   doc["tensors"] = std::move(tensors);
   ordered_json modules = ordered_json::array();
   for (const GroupedModule& m : s.scan.modules) {
-    modules.push_back({{"prefix", m.prefix},
-                       {"layout", std::string(layout_name(m.layout))},
-                       {"num_experts", m.num_experts},
-                       {"out_features", m.out_features},
-                       {"in_features", m.in_features},
-                       {"bias", m.bias},
-                       {"dtype", std::string(dtype_name(m.dtype))},
-                       {"bias_dtype", m.bias ? ordered_json(std::string(dtype_name(m.bias_dtype)))
-                                             : ordered_json(nullptr)},
-                       {"keys", m.keys}});
+    ordered_json tensors_of = ordered_json::array();
+    for (const ExpertTensor& t : m.tensors) {
+      tensors_of.push_back({{"name", t.name},
+                            {"layout", std::string(layout_name(t.layout))},
+                            {"expert_shape", t.expert_shape},
+                            {"dtype", std::string(dtype_name(t.dtype))},
+                            {"keys", t.keys}});
+    }
+    modules.push_back(
+        {{"prefix", m.prefix},
+         {"layout", m.mixed ? std::string("mixed") : std::string(layout_name(m.layout))},
+         {"num_experts", m.num_experts},
+         {"out_features", m.out_features},
+         {"in_features", m.in_features},
+         {"bias", m.bias},
+         {"dtype", std::string(dtype_name(m.dtype))},
+         {"bias_dtype",
+          m.bias ? ordered_json(std::string(dtype_name(m.bias_dtype))) : ordered_json(nullptr)},
+         {"keys", m.keys},
+         {"rules", m.rules},
+         {"tensors", std::move(tensors_of)}});
   }
   doc["grouped_modules"] = std::move(modules);
   ordered_json problems = ordered_json::array();
@@ -127,7 +140,7 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
       if (m.bias && m.bias_dtype != m.dtype)
         dtype += " (bias " + std::string(dtype_name(m.bias_dtype)) + ")";
       std::printf("  %-*s  %-10s  %6lld  %6lld  %6lld  %-5s  %s\n", static_cast<int>(pw),
-                  prefix.c_str(), std::string(layout_name(m.layout)).c_str(),
+                  prefix.c_str(), m.mixed ? "mixed" : std::string(layout_name(m.layout)).c_str(),
                   static_cast<long long>(m.num_experts), static_cast<long long>(m.out_features),
                   static_cast<long long>(m.in_features), m.bias ? "yes" : "no", dtype.c_str());
     }
@@ -144,7 +157,7 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
 }
 
 void run_inspect(const InspectConfig& c) {
-  const CheckpointSummary s = inspect_checkpoint(c.file);
+  const CheckpointSummary s = inspect_checkpoint(c.file, rules_from_option(c.rules));
   if (c.json) {
     print_json(c, s);
   } else {
@@ -168,6 +181,7 @@ void add_inspect_command(CLI::App& app) {
       "checkpoint (safetensors or .pt, detected by content)");
   cmd->add_option("FILE", config->file, "checkpoint file")->required();
   cmd->add_flag("--json", config->json, "print one JSON document (schema in docs/cli.md)");
+  cmd->add_option("--rules", config->rules, kRulesHelp);
   cmd->footer(
       "Reads headers only: instant on files of any size.\n"
       "Exit: 0 read and understood; 2 unreadable, invalid, or an inconsistent expert set\n"

@@ -6,6 +6,7 @@
 #include "grouplin/commands.hpp"
 #include "grouplin/compare.hpp"
 #include "grouplin/progress.hpp"
+#include "grouplin/rules_option.hpp"
 
 namespace grouplin::cli {
 namespace {
@@ -14,6 +15,7 @@ struct VerifyConfig {
   std::string a;
   std::string b;
   size_t max_listed = 10;
+  std::string rules;
 };
 
 std::string describe(CheckpointFormat format, const std::vector<GroupedModule>& modules) {
@@ -31,6 +33,7 @@ std::string describe(CheckpointFormat format, const std::vector<GroupedModule>& 
 void run_verify(const VerifyConfig& c) {
   CompareOptions o;
   o.max_listed = c.max_listed;
+  o.rules = rules_from_option(c.rules);
   const CompareReport r = compare_checkpoints(c.a, c.b, o);
   std::printf("A: %s: %s\nB: %s: %s\n", escaped(c.a).c_str(),
               describe(r.format_a, r.modules_a).c_str(), escaped(c.b).c_str(),
@@ -60,6 +63,7 @@ void add_verify_command(CLI::App& app) {
   cmd->add_option("B", c->b, "second checkpoint")->required();
   cmd->add_option("--max-listed", c->max_listed, "differences to print (default 10)")
       ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--rules", c->rules, kRulesHelp);
   cmd->footer(
       "Grouped modules are compared expert by expert, so a per-expert file and its single-layout\n"
       "conversion are the same. Values must be bit-identical (-0.0 differs from 0.0). Reads both\n"

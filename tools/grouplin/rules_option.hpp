@@ -1,0 +1,29 @@
+// The --rules and --experts options that inspect, convert and verify share.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/layout_rules.hpp"
+
+namespace grouplin::cli {
+
+// What --rules VALUE names: "" or "auto" -> {} (detected from the checkpoint); a comma-separated
+// list of built-in sets ("te", "hf", "hf-w1w3", "hf-mixtral") and rule files (a value that is not
+// a built-in name is a path). Throws Error(InvalidArgument) for an empty list item, and
+// load_rules' errors (IoError, InvalidRules).
+std::vector<LayoutRules> rules_from_option(const std::string& value);
+
+// What --experts B:E names: experts [B, E). Throws Error(InvalidArgument) naming the value
+// unless it is two decimal integers with 0 <= B < E.
+ExpertRange experts_from_option(const std::string& value);
+
+// The help text of --rules.
+inline constexpr const char* kRulesHelp =
+    "how grouped modules are named: auto (default: from the names, and config.json's "
+    "model_type), te, hf, hf-w1w3, hf-mixtral, a rules file (docs/rules.md), or a "
+    "comma-separated list of these";
+
+}  // namespace grouplin::cli
