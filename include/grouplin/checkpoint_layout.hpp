@@ -42,6 +42,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "grouplin/dtype.hpp"
@@ -109,23 +110,43 @@ struct PlannedTensor {
 
   // Bytes of the tensor (the sum of the pieces' bytes).
   uint64_t nbytes() const;
+  size_t rank() const { return shape.size(); }
+  // Size of dimension d; Requires: d < rank().
+  int64_t dim(size_t d) const { return shape[d]; }
   // Slice i along dim 0 (rank drops by one), as views of the pieces that hold its bytes.
   // Throws Error(OutOfBounds).
   PlannedTensor select(int64_t i) const;
+  // Copies the bytes of the pieces into `dst` (same element count; float dtypes convert as
+  // Tensor::copy_from does). Throws as Tensor::copy_from.
+  void copy_to(Tensor& dst) const;
   // A plan of one whole tensor.
   static PlannedTensor of(std::string name, const Tensor& t);
+};
+
+// Planned tensors by name, in order: what load_state_dict reads (a state dict as it is, or a
+// checkpoint seen through layout rules).
+class PlannedDict {
+ public:
+  PlannedDict() = default;
+  // Each entry of `dict` as one whole piece.
+  explicit PlannedDict(const StateDict& dict);
+  // Throws Error(DuplicateName) for a name given twice.
+  explicit PlannedDict(std::vector<PlannedTensor> tensors);
+
+  const PlannedTensor* find(const std::string& name) const;
+  size_t size() const { return tensors_.size(); }
+  std::vector<PlannedTensor>::const_iterator begin() const { return tensors_.begin(); }
+  std::vector<PlannedTensor>::const_iterator end() const { return tensors_.end(); }
+
+ private:
+  std::vector<PlannedTensor> tensors_;
+  std::unordered_map<std::string, size_t> index_;
 };
 
 // The entries of `dict` with every grouped module in `target` layout.
 struct ConversionPlan {
   std::vector<GroupedModule> modules;  // as found in the source (their source layout)
   std::vector<PlannedTensor> tensors;  // in output order
-};
-
-// Experts [begin, end) of every grouped module: what one rank of an expert-parallel job keeps.
-struct ExpertRange {
-  int64_t begin = 0;
-  int64_t end = 0;
 };
 
 struct PlanOptions {

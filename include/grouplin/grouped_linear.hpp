@@ -94,7 +94,7 @@ class GroupedLinear : public Module {
  protected:
   // Accepts per-expert or single-layout entries whatever this module's layout
   // (load_state_dict.hpp); _extra_state is optional.
-  void plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) override;
+  void plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan) override;
 
  private:
   // Expert i's weight (or bias) parameter; Single layout has one of each for all experts.

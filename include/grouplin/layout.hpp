@@ -8,6 +8,7 @@
 // Names are for the edges (command line, messages, JSON); the API takes the enums.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -24,6 +25,12 @@ enum class WeightLayout {
   PerExpert,   // N tensors weight{i} [out, in], bias{i} [out], each its own allocation
   Contiguous,  // the same N parameters, views into one GroupedTensor
   Single,      // one weight [N, out, in], one bias [N, out]
+};
+
+// Experts [begin, end) of every grouped module: what one rank of an expert-parallel job keeps.
+struct ExpertRange {
+  int64_t begin = 0;
+  int64_t end = 0;
 };
 
 // "per-expert" or "single".

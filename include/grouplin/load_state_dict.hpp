@@ -15,11 +15,13 @@
 // applied).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "grouplin/dtype.hpp"
 #include "grouplin/layout.hpp"
+#include "grouplin/layout_rules.hpp"
 
 namespace grouplin {
 
@@ -37,6 +39,13 @@ struct LoadOptions {
   // this load's business (never unexpected); report keys are the source's full keys. "" or a
   // prefix ending in '.'.
   std::string prefix{};
+  // How grouped modules are named in the source (layout_rules.hpp); empty: detected from its
+  // keys. Through Hugging Face rules a module list or transformers v5's fused experts load into
+  // GroupedLinears named after the fused tensors: P.gate_up_proj (out = 2I) and P.down_proj.
+  std::vector<LayoutRules> rules{};
+  // Load experts [begin, end) of every grouped module of the source into modules of
+  // end - begin experts (one rank of an expert-parallel job): only those experts' bytes are read.
+  std::optional<ExpertRange> experts{};
 };
 
 struct LayoutConversion {

@@ -7,11 +7,11 @@
 //     Scale() { register_parameter("gamma", grouplin::Tensor::zeros({4}, grouplin::DType::F32)); }
 //
 //    protected:
-//     void plan_load(const grouplin::StateDict& source, const std::string& prefix,
+//     void plan_load(const grouplin::PlannedDict& source, const std::string& prefix,
 //                    grouplin::LoadPlan& plan) override {
 //       for (const char* name : {"gamma", "scale"}) {
 //         const std::string key = prefix + name;
-//         if (const grouplin::Tensor* t = source.find(key)) {
+//         if (const grouplin::PlannedTensor* t = source.find(key)) {
 //           plan.claim(key);
 //           plan.plan_copy(key, *t, *this, 0);  // checked now, written once all checks passed
 //           return;
@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module.hpp"
@@ -57,30 +58,32 @@ class LoadPlan {
   // Checks that `src` can fill `dst` (same shape, same or float-convertible dtype) and plans the
   // copy into parameter `param_index` of `module` (the slice `expert` of it when expert >= 0).
   // Records a problem and returns false otherwise.
-  bool plan_copy(const std::string& key, const Tensor& src, Module& module, size_t param_index,
-                 int64_t expert = -1);
+  bool plan_copy(const std::string& key, const PlannedTensor& src, Module& module,
+                 size_t param_index, int64_t expert = -1);
   // Same for a buffer.
-  bool plan_buffer_copy(const std::string& key, const Tensor& src, Module& module,
+  bool plan_buffer_copy(const std::string& key, const PlannedTensor& src, Module& module,
                         size_t buffer_index);
-  // Plans making parameter `param_index` of `module` borrow `src` (copy-on-write). Requires the
-  // same shape and dtype; records a problem and returns false otherwise.
-  bool plan_adopt(const std::string& key, const Tensor& src, Module& module, size_t param_index);
+  // Plans making parameter `param_index` of `module` borrow `src` (read-only until the module
+  // writes) when `src` is one whole tensor of the same dtype, else plans a copy. Records a problem
+  // and returns false when the shapes differ or the dtypes do not convert.
+  bool plan_adopt(const std::string& key, const PlannedTensor& src, Module& module,
+                  size_t param_index);
 
   // Throws one Error listing every problem (and, when strict, missing and unexpected keys);
   // otherwise performs the planned writes and returns the report.
-  LoadReport execute(const StateDict& source);
+  LoadReport execute(const PlannedDict& source);
 
  private:
   struct Write {
     std::string key;
-    Tensor src;
+    PlannedTensor src;
     Module* module;
     size_t index;    // parameter or buffer index
     int64_t expert;  // slice of a stacked parameter, or -1 for the whole tensor
     bool buffer;
     bool adopt;
   };
-  bool check_compatible(const std::string& key, const Tensor& src, const Tensor& dst);
+  bool check_compatible(const std::string& key, const PlannedTensor& src, const Tensor& dst);
 
   LoadOptions options_;
   LoadReport report_;

@@ -157,6 +157,42 @@ PlannedTensor PlannedTensor::of(std::string name, const Tensor& t) {
   return {std::move(name), t.dtype(), t.shape(), {t}};
 }
 
+void PlannedTensor::copy_to(Tensor& dst) const {
+  if (shape_numel(shape) != dst.numel()) {
+    throw Error(ErrorCode::ShapeMismatch, "copying planned tensor " + quote(name) + " " +
+                                              shape_to_string(shape) + " into " +
+                                              shape_to_string(dst.shape()));
+  }
+  Tensor flat = dst.reshape({dst.numel()});
+  int64_t at = 0;
+  for (const Tensor& piece : pieces) {
+    flat.rows(at, piece.numel()).copy_from(piece);
+    at += piece.numel();
+  }
+}
+
+PlannedDict::PlannedDict(const StateDict& dict) {
+  tensors_.reserve(dict.size());
+  for (const auto& [name, t] : dict) {
+    index_.emplace(name, tensors_.size());
+    tensors_.push_back(PlannedTensor::of(name, t));
+  }
+}
+
+PlannedDict::PlannedDict(std::vector<PlannedTensor> tensors) : tensors_(std::move(tensors)) {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!index_.emplace(tensors_[i].name, i).second) {
+      throw Error(ErrorCode::DuplicateName,
+                  "planned tensors: " + quote(tensors_[i].name) + " is given twice");
+    }
+  }
+}
+
+const PlannedTensor* PlannedDict::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
 PlannedTensor PlannedTensor::select(int64_t i) const {
   if (shape.empty() || i < 0 || i >= shape[0]) {
     throw Error(ErrorCode::OutOfBounds, "select(" + std::to_string(i) + ") on planned tensor " +

@@ -33,17 +33,17 @@ struct Family {
   size_t single_index = 0;  // Single layout: the parameter holding all experts
   size_t first_index = 0;   // PerExpert/Contiguous: the parameter of expert 0
   // What the source holds for this family.
-  const Tensor* stacked = nullptr;           // prefix + base, any shape
-  std::map<int64_t, const Tensor*> experts;  // prefix + base{i}, by i
+  const PlannedTensor* stacked = nullptr;           // prefix + base, any shape
+  std::map<int64_t, const PlannedTensor*> experts;  // prefix + base{i}, by i
 
   int64_t n() const { return module.num_gemms(); }
   WeightLayout layout() const { return module.layout(); }
   std::string stacked_key() const { return prefix + base; }
   std::string expert_key(int64_t i) const { return layout::expert_key(prefix, base, i); }
   // assign adopts a source tensor only where the module holds that tensor whole, as is.
-  bool adopts(const Tensor& src, WeightLayout holder) const {
+  bool adopts(const PlannedTensor& src, WeightLayout holder) const {
     return plan.options().assign && layout() == holder &&
-           src.dtype() == module.options().params_dtype;
+           src.dtype == module.options().params_dtype;
   }
 };
 
@@ -62,14 +62,14 @@ void plan_both_layouts(Family& f) {
 // A single-layout source: one [N, ...] entry.
 void plan_from_single(Family& f) {
   const std::string key = f.stacked_key();
-  const Tensor& src = *f.stacked;
+  const PlannedTensor& src = *f.stacked;
   f.plan.claim(key);
   Shape want = f.expert_shape;
   want.insert(want.begin(), f.n());
   if (src.rank() == want.size() && src.dim(0) != f.n()) {
     f.plan.add_problem(ErrorCode::ExpertCountMismatch, key,
                        quote(key) + ": " + std::to_string(src.dim(0)) + " experts " +
-                           shape_to_string(src.shape()) + ", module has " + std::to_string(f.n()) +
+                           shape_to_string(src.shape) + ", module has " + std::to_string(f.n()) +
                            " " + shape_to_string(want));
     return;
   }
@@ -81,9 +81,9 @@ void plan_from_single(Family& f) {
     }
     return;
   }
-  if (src.shape() != want) {  // reported once, not once per expert
+  if (src.shape != want) {  // reported once, not once per expert
     f.plan.add_problem(ErrorCode::ShapeMismatch, key,
-                       quote(key) + ": shape " + shape_to_string(src.shape()) + ", expected " +
+                       quote(key) + ": shape " + shape_to_string(src.shape) + ", expected " +
                            shape_to_string(want));
     return;
   }
@@ -162,7 +162,8 @@ void plan_family(Family& f) {
 
 }  // namespace
 
-void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) {
+void GroupedLinear::plan_load(const PlannedDict& source, const std::string& prefix,
+                              LoadPlan& plan) {
   // The report names the root "" (load_state_dict.hpp); messages say "<root>".
   const std::string report_name = prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1);
   auto family = [&](const char* base, Shape expert_shape, size_t index) {
@@ -184,7 +185,8 @@ void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix
   if (options_.bias) families.push_back(family("bias", {options_.out_features}, 1));
 
   // Which per-expert entries does the source hold for this module? One pass over the keys.
-  for (const auto& [key, t] : source) {
+  for (const PlannedTensor& t : source) {
+    const std::string& key = t.name;
     if (key.size() <= prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
     const std::string_view leaf = std::string_view(key).substr(prefix.size());
     for (Family& f : families) {
@@ -195,7 +197,7 @@ void GroupedLinear::plan_load(const StateDict& source, const std::string& prefix
 
   // _extra_state loads like any module's buffer, and may be absent.
   const std::string extra_key = prefix + buffers()[0].first;
-  if (const Tensor* src = source.find(extra_key)) {
+  if (const PlannedTensor* src = source.find(extra_key)) {
     plan.claim(extra_key);
     plan.plan_buffer_copy(extra_key, *src, *this, 0);
   } else {

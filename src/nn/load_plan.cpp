@@ -19,29 +19,30 @@ void LoadPlan::add_problem(ErrorCode code, const std::string& key, std::string m
   problems_.push_back({code, key, std::move(message)});
 }
 
-bool LoadPlan::check_compatible(const std::string& key, const Tensor& src, const Tensor& dst) {
-  if (src.shape() != dst.shape()) {
+bool LoadPlan::check_compatible(const std::string& key, const PlannedTensor& src,
+                                const Tensor& dst) {
+  if (src.shape != dst.shape()) {
     add_problem(ErrorCode::ShapeMismatch, key,
-                quote(key) + ": shape " + shape_to_string(src.shape()) + ", expected " +
+                quote(key) + ": shape " + shape_to_string(src.shape) + ", expected " +
                     shape_to_string(dst.shape()));
     return false;
   }
   // FP8 codes mean nothing without their scales (a `*_scale_inv` entry beside them): widening
   // the codes alone gives wrong weights with no error, the worst kind of load. Refused until
   // scaled FP8 is read with its scales.
-  const bool fp8_src = src.dtype() == DType::F8_E4M3 || src.dtype() == DType::F8_E5M2;
-  if (fp8_src && src.dtype() != dst.dtype()) {
+  const bool fp8_src = src.dtype == DType::F8_E4M3 || src.dtype == DType::F8_E5M2;
+  if (fp8_src && src.dtype != dst.dtype()) {
     add_problem(ErrorCode::Fp8ScalesNotApplied, key,
-                quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) + " into a " +
+                quote(key) + ": dtype " + std::string(dtype_name(src.dtype)) + " into a " +
                     std::string(dtype_name(dst.dtype())) +
                     " parameter: FP8 codes would be converted without their scales "
                     "(scaled FP8 is not supported yet); convert the checkpoint with its scales "
                     "first");
     return false;
   }
-  if (src.dtype() != dst.dtype() && !(is_float(src.dtype()) && is_float(dst.dtype()))) {
+  if (src.dtype != dst.dtype() && !(is_float(src.dtype) && is_float(dst.dtype()))) {
     add_problem(ErrorCode::UnsupportedConversion, key,
-                quote(key) + ": dtype " + std::string(dtype_name(src.dtype())) +
+                quote(key) + ": dtype " + std::string(dtype_name(src.dtype)) +
                     " cannot be converted to " + std::string(dtype_name(dst.dtype())));
     return false;
   }
@@ -55,34 +56,36 @@ Tensor target_of(const Module& m, size_t index, int64_t expert) {
 }
 }  // namespace
 
-bool LoadPlan::plan_copy(const std::string& key, const Tensor& src, Module& module,
+bool LoadPlan::plan_copy(const std::string& key, const PlannedTensor& src, Module& module,
                          size_t param_index, int64_t expert) {
   if (!check_compatible(key, src, target_of(module, param_index, expert))) return false;
   writes_.push_back({key, src, &module, param_index, expert, false, false});
   return true;
 }
 
-bool LoadPlan::plan_buffer_copy(const std::string& key, const Tensor& src, Module& module,
+bool LoadPlan::plan_buffer_copy(const std::string& key, const PlannedTensor& src, Module& module,
                                 size_t buffer_index) {
   if (!check_compatible(key, src, module.buffers()[buffer_index].second)) return false;
   writes_.push_back({key, src, &module, buffer_index, -1, true, false});
   return true;
 }
 
-bool LoadPlan::plan_adopt(const std::string& key, const Tensor& src, Module& module,
+bool LoadPlan::plan_adopt(const std::string& key, const PlannedTensor& src, Module& module,
                           size_t param_index) {
   const Tensor& dst = module.parameters()[param_index].value;
   if (!check_compatible(key, src, dst)) return false;
-  if (src.dtype() != dst.dtype()) {
+  // Only one whole tensor of the right dtype can be borrowed; pieces are gathered by a copy.
+  if (src.dtype != dst.dtype() || src.pieces.size() != 1) {
     return plan_copy(key, src, module, param_index);
   }
   writes_.push_back({key, src, &module, param_index, -1, false, true});
   return true;
 }
 
-LoadReport LoadPlan::execute(const StateDict& source) {
+LoadReport LoadPlan::execute(const PlannedDict& source) {
   std::set<std::string> claimed(claimed_.begin(), claimed_.end());
-  for (const auto& [key, t] : source) {
+  for (const PlannedTensor& t : source) {
+    const std::string& key = t.name;
     // Keys outside the prefix belong to the rest of the model, not to this load.
     if (!key.starts_with(options_.prefix)) continue;
     if (claimed.count(key) == 0) report_.unexpected.push_back(key);
@@ -112,13 +115,13 @@ LoadReport LoadPlan::execute(const StateDict& source) {
   std::set<std::string> loaded, converted;
   for (Write& w : writes_) {
     if (w.buffer) {
-      w.module->buffers_[w.index].second.copy_from(w.src);
+      w.src.copy_to(w.module->buffers_[w.index].second);
     } else {
       Parameter& p = w.module->params_[w.index];
       if (w.adopt) {
         // Borrowed: the module shows only read-only views of the caller's bytes, and its own
         // first write (writable_value) goes to a private copy.
-        p.value = w.src.read_only();
+        p.value = w.src.pieces[0].reshape(w.src.shape).read_only();
       } else {
         if (!p.value.writable() && w.expert < 0) {
           // The whole borrowed tensor is about to be overwritten: a fresh allocation is
@@ -126,12 +129,13 @@ LoadReport LoadPlan::execute(const StateDict& source) {
           p.value = Tensor::zeros(p.value.shape(), p.value.dtype());
         }
         Tensor& v = writable_value(p);
-        (w.expert >= 0 ? v.select(w.expert) : v).copy_from(w.src);
+        Tensor dst = w.expert >= 0 ? v.select(w.expert) : v;
+        w.src.copy_to(dst);
       }
       // A stacked key loaded into per-expert parameters is one conversion, reported once.
-      if (w.src.dtype() != p.value.dtype() && !converted.count(w.key)) {
+      if (w.src.dtype != p.value.dtype() && !converted.count(w.key)) {
         converted.insert(w.key);
-        report_.dtype_conversions.push_back({w.key, w.src.dtype(), p.value.dtype()});
+        report_.dtype_conversions.push_back({w.key, w.src.dtype, p.value.dtype()});
       }
     }
     if (loaded.insert(w.key).second) report_.loaded.push_back(w.key);

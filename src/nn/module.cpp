@@ -1,5 +1,8 @@
 #include "grouplin/module.hpp"
 
+#include <unordered_map>
+
+#include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
@@ -61,7 +64,33 @@ StateDict Module::state_dict(const std::string& prefix) const {
   return sd;
 }
 
-LoadReport Module::load_state_dict(const StateDict& source, const LoadOptions& options) {
+namespace {
+
+// What the modules load from: the dict as it is, or, when rules other than te's name its experts
+// (or a slice is asked for), the dict through those rules in the single layout. A rule set's
+// stacked tensor P.gate_up_proj is then the weight of a GroupedLinear at P.gate_up_proj.
+PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
+  const std::vector<LayoutRules> rules = options.rules.empty() ? detect_rules(dict) : options.rules;
+  bool other_rules = false;
+  for (const LayoutRules& r : rules) other_rules = other_rules || r.name != "te";
+  if (!other_rules && !options.experts && options.rules.empty()) return PlannedDict(dict);
+  ConversionPlan plan =
+      plan_conversion(dict, ExpertLayout::Single, {options.rules, "", options.experts});
+  std::unordered_map<std::string, std::string> renames;
+  for (const GroupedModule& m : plan.modules) {
+    if (m.rules == "te") continue;
+    for (const ExpertTensor& t : m.tensors) renames.emplace(t.name, t.name + ".weight");
+  }
+  for (PlannedTensor& t : plan.tensors) {
+    if (auto it = renames.find(t.name); it != renames.end()) t.name = it->second;
+  }
+  return PlannedDict(std::move(plan.tensors));
+}
+
+}  // namespace
+
+LoadReport Module::load_state_dict(const StateDict& dict, const LoadOptions& options) {
+  const PlannedDict source = source_for_load(dict, options);
   LoadPlan plan(options);
   // Each module plans its own entries exactly once, whichever module the call starts at.
   std::function<void(Module&, const std::string&)> walk = [&](Module& m, const std::string& pre) {
@@ -76,16 +105,16 @@ LoadReport Module::load_state_dict(const StateDict& source, const LoadOptions& o
   return plan.execute(source);
 }
 
-void Module::plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) {
+void Module::plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string key = prefix + params_[i].name;
-    const Tensor* src = source.find(key);
+    const PlannedTensor* src = source.find(key);
     if (src == nullptr) {
       plan.add_missing(key);
       continue;
     }
     plan.claim(key);
-    if (plan.options().assign && src->dtype() == params_[i].value.dtype()) {
+    if (plan.options().assign && src->dtype == params_[i].value.dtype()) {
       plan.plan_adopt(key, *src, *this, i);
     } else {
       plan.plan_copy(key, *src, *this, i);
@@ -93,7 +122,7 @@ void Module::plan_load(const StateDict& source, const std::string& prefix, LoadP
   }
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const std::string key = prefix + buffers_[i].first;
-    const Tensor* src = source.find(key);
+    const PlannedTensor* src = source.find(key);
     if (src == nullptr) {
       if (optional_buffers_[i]) {
         plan.add_absent(key);

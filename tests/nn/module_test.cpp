@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grouplin/module_extension.hpp"
 #include "grouplin/optimizer.hpp"
 #include "nn/load_test_util.hpp"
 
@@ -30,7 +31,7 @@ class Norm : public Module {
 class CountingLinear : public GroupedLinear {
  public:
   using GroupedLinear::GroupedLinear;
-  void plan_load(const StateDict& source, const std::string& prefix, LoadPlan& plan) override {
+  void plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan) override {
     prefixes.push_back(prefix);
     GroupedLinear::plan_load(source, prefix, plan);
   }
