@@ -44,6 +44,9 @@ struct GroupedLinearOptions {
   bool bias = true;
   DType params_dtype = DType::F32;  // F32 or BF16; inputs and outputs use the same dtype
   std::optional<WeightLayout> weight_layout{};  // unset: see resolve_weight_layout
+  // The biases' own layout (TransformerEngine chooses single_grouped_weight and
+  // single_grouped_bias separately); unset: the weights' layout.
+  std::optional<WeightLayout> bias_layout{};
   // Accumulate weight gradients into F32 Parameter::main_grad instead of overwriting grad.
   bool fuse_wgrad_accumulation = false;
   uint64_t seed = 0;  // initialisation is a pure function of (seed, options)
@@ -80,7 +83,8 @@ class GroupedLinear : public Module {
   void backward(const Tensor& dy, Tensor& dx);
 
   const GroupedLinearOptions& options() const { return options_; }
-  WeightLayout layout() const { return layout_; }
+  WeightLayout layout() const { return layout_; }  // of the weights
+  WeightLayout bias_layout() const { return bias_layout_; }
   int64_t num_gemms() const { return options_.num_gemms; }
 
   // Views of expert i's weight [out, in] and bias [out] (undefined without bias) and of their
@@ -100,13 +104,16 @@ class GroupedLinear : public Module {
   // Expert i's weight (or bias) parameter; Single layout has one of each for all experts.
   const Parameter& weight_param(int64_t i) const;
   const Parameter* bias_param(int64_t i) const;
-  // View of expert i inside a parameter-shaped tensor (a Single tensor or a per-expert one).
-  Tensor expert_view(const Tensor& t, int64_t i) const;
+  // View of expert i inside a parameter-shaped tensor of `layout` (Single: one [N, ...] tensor).
+  static Tensor expert_view(const Tensor& t, int64_t i, WeightLayout layout);
+  // Index of the first bias parameter (the weights come first).
+  size_t first_bias_param() const;
   void allocate_grads();
   void check_forward_args(const Tensor& x, std::span<const int64_t> m_splits) const;
 
   GroupedLinearOptions options_;
   WeightLayout layout_;
+  WeightLayout bias_layout_;
   // Contiguous layout: the one allocation that the per-expert weights and biases view.
   GroupedTensor weight_group_, bias_group_;
   GroupedTensor weight_grad_group_, bias_grad_group_, main_grad_group_;

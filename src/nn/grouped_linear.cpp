@@ -47,45 +47,38 @@ void check_options(const GroupedLinearOptions& o) {
 }  // namespace
 
 GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
-    : options_(options), layout_(resolve_weight_layout(options.weight_layout)) {
+    : options_(options),
+      layout_(resolve_weight_layout(options.weight_layout)),
+      bias_layout_(options.bias_layout.value_or(layout_)) {
   check_options(options_);
   const int64_t n = options_.num_gemms, in = options_.in_features, out = options_.out_features;
   const DType dt = options_.params_dtype;
   const Shape w_shape = {out, in}, b_shape = {out};
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
 
-  switch (layout_) {
-    case WeightLayout::Single: {
-      Tensor w = Tensor::zeros({n, out, in}, dt);
-      for (int64_t i = 0; i < n; ++i) init_uniform(w.select(i), options_.seed, 2 * i, bound);
-      register_parameter("weight", w);
-      if (options_.bias) {
-        Tensor b = Tensor::zeros({n, out}, dt);
-        for (int64_t i = 0; i < n; ++i) init_uniform(b.select(i), options_.seed, 2 * i + 1, bound);
-        register_parameter("bias", b);
-      }
-      break;
+  // The weights, then the biases, each family in its own layout. Expert i draws stream 2i for its
+  // weight and 2i + 1 for its bias, so every layout holds the same bits.
+  auto add_family = [&](const char* base, const Shape& shape, WeightLayout layout,
+                        GroupedTensor& group, int64_t stream) {
+    if (layout == WeightLayout::Single) {
+      Shape stacked = shape;
+      stacked.insert(stacked.begin(), n);
+      Tensor t = Tensor::zeros(stacked, dt);
+      for (int64_t i = 0; i < n; ++i)
+        init_uniform(t.select(i), options_.seed, 2 * i + stream, bound);
+      register_parameter(base, t);
+      return;
     }
-    case WeightLayout::Contiguous:
-    case WeightLayout::PerExpert: {
-      const bool grouped = layout_ == WeightLayout::Contiguous;
-      if (grouped) weight_group_ = GroupedTensor::make_uniform(n, w_shape, dt);
-      for (int64_t i = 0; i < n; ++i) {
-        Tensor w = grouped ? weight_group_.member(i) : Tensor::zeros(w_shape, dt);
-        init_uniform(w, options_.seed, 2 * i, bound);
-        register_parameter("weight" + std::to_string(i), w);
-      }
-      if (options_.bias) {
-        if (grouped) bias_group_ = GroupedTensor::make_uniform(n, b_shape, dt);
-        for (int64_t i = 0; i < n; ++i) {
-          Tensor b = grouped ? bias_group_.member(i) : Tensor::zeros(b_shape, dt);
-          init_uniform(b, options_.seed, 2 * i + 1, bound);
-          register_parameter("bias" + std::to_string(i), b);
-        }
-      }
-      break;
+    const bool grouped = layout == WeightLayout::Contiguous;
+    if (grouped) group = GroupedTensor::make_uniform(n, shape, dt);
+    for (int64_t i = 0; i < n; ++i) {
+      Tensor t = grouped ? group.member(i) : Tensor::zeros(shape, dt);
+      init_uniform(t, options_.seed, 2 * i + stream, bound);
+      register_parameter(base + std::to_string(i), t);
     }
-  }
+  };
+  add_family("weight", w_shape, layout_, weight_group_, 0);
+  if (options_.bias) add_family("bias", b_shape, bias_layout_, bias_group_, 1);
   // Quantisation state would live here; GroupLin has none yet, so it is always empty.
   // Optional: Hugging Face, vLLM and most non-TE checkpoints have no _extra_state.
   register_buffer("_extra_state", Tensor::zeros({0}, DType::U8), /*optional=*/true);
@@ -95,15 +88,19 @@ const Parameter& GroupedLinear::weight_param(int64_t i) const {
   return layout_ == WeightLayout::Single ? parameters()[0] : parameters()[static_cast<size_t>(i)];
 }
 
-const Parameter* GroupedLinear::bias_param(int64_t i) const {
-  if (!options_.bias) return nullptr;
-  if (layout_ == WeightLayout::Single) return &parameters()[1];
-  return &parameters()[static_cast<size_t>(options_.num_gemms + i)];
+size_t GroupedLinear::first_bias_param() const {
+  return layout_ == WeightLayout::Single ? 1 : static_cast<size_t>(options_.num_gemms);
 }
 
-Tensor GroupedLinear::expert_view(const Tensor& t, int64_t i) const {
+const Parameter* GroupedLinear::bias_param(int64_t i) const {
+  if (!options_.bias) return nullptr;
+  if (bias_layout_ == WeightLayout::Single) return &parameters()[first_bias_param()];
+  return &parameters()[first_bias_param() + static_cast<size_t>(i)];
+}
+
+Tensor GroupedLinear::expert_view(const Tensor& t, int64_t i, WeightLayout layout) {
   if (!t.defined()) return t;
-  return layout_ == WeightLayout::Single ? t.select(i) : t;
+  return layout == WeightLayout::Single ? t.select(i) : t;
 }
 
 namespace {
@@ -117,25 +114,25 @@ void check_expert_index(int64_t i, int64_t n) {
 
 Tensor GroupedLinear::expert_weight(int64_t i) const {
   check_expert_index(i, num_gemms());
-  return expert_view(weight_param(i).value, i);
+  return expert_view(weight_param(i).value, i, layout_);
 }
 Tensor GroupedLinear::expert_bias(int64_t i) const {
   check_expert_index(i, num_gemms());
   const Parameter* p = bias_param(i);
-  return p ? expert_view(p->value, i) : Tensor();
+  return p ? expert_view(p->value, i, bias_layout_) : Tensor();
 }
 Tensor GroupedLinear::expert_weight_grad(int64_t i) const {
   check_expert_index(i, num_gemms());
-  return expert_view(weight_param(i).grad, i);
+  return expert_view(weight_param(i).grad, i, layout_);
 }
 Tensor GroupedLinear::expert_bias_grad(int64_t i) const {
   check_expert_index(i, num_gemms());
   const Parameter* p = bias_param(i);
-  return p ? expert_view(p->grad, i) : Tensor();
+  return p ? expert_view(p->grad, i, bias_layout_) : Tensor();
 }
 Tensor GroupedLinear::expert_main_grad(int64_t i) const {
   check_expert_index(i, num_gemms());
-  return expert_view(weight_param(i).main_grad, i);
+  return expert_view(weight_param(i).main_grad, i, layout_);
 }
 
 void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t> m_splits) const {
@@ -236,7 +233,7 @@ void GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits, 
 
 void GroupedLinear::allocate_grads() {
   // Gradients mirror the layout of the parameters: one [N, ...] tensor for Single, one group
-  // for Contiguous, separate tensors for PerExpert.
+  // for Contiguous, separate tensors for PerExpert; weights and biases each in their own.
   const int64_t n = num_gemms(), in = options_.in_features, out = options_.out_features;
   const DType dt = options_.params_dtype;
   if (layout_ == WeightLayout::Contiguous) {
@@ -245,15 +242,17 @@ void GroupedLinear::allocate_grads() {
     } else {
       weight_grad_group_ = GroupedTensor::make_uniform(n, {out, in}, dt);
     }
-    if (options_.bias) bias_grad_group_ = GroupedTensor::make_uniform(n, {out}, dt);
+  }
+  if (options_.bias && bias_layout_ == WeightLayout::Contiguous) {
+    bias_grad_group_ = GroupedTensor::make_uniform(n, {out}, dt);
   }
   for (size_t k = 0; k < parameters().size(); ++k) {
     Parameter& p = parameter_at(k);
-    const bool is_weight = p.name.rfind("weight", 0) == 0;
+    const bool is_weight = k < first_bias_param();
     const bool fused = is_weight && options_.fuse_wgrad_accumulation;
-    const auto k64 = static_cast<int64_t>(k);
-    const int64_t i = is_weight ? k64 : k64 - n;  // expert index (unused for Single)
-    if (layout_ == WeightLayout::Contiguous) {
+    // Expert index of a per-expert parameter (unused for Single).
+    const auto i = static_cast<int64_t>(is_weight ? k : k - first_bias_param());
+    if ((is_weight ? layout_ : bias_layout_) == WeightLayout::Contiguous) {
       if (fused) {
         p.main_grad = main_grad_group_.member(i);
       } else {

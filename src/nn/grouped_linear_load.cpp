@@ -31,13 +31,13 @@ struct Family {
   std::string base;         // "weight" or "bias"
   Shape expert_shape;       // [out, in] or [out]
   size_t single_index = 0;  // Single layout: the parameter holding all experts
-  size_t first_index = 0;   // PerExpert/Contiguous: the parameter of expert 0
+  size_t first_index = 0;   // PerExpert/Contiguous: the parameter of expert 0 (the same index)
   // What the source holds for this family.
   const PlannedTensor* stacked = nullptr;           // prefix + base, any shape
   std::map<int64_t, const PlannedTensor*> experts;  // prefix + base{i}, by i
 
   int64_t n() const { return module.num_gemms(); }
-  WeightLayout layout() const { return module.layout(); }
+  WeightLayout layout() const { return base == "bias" ? module.bias_layout() : module.layout(); }
   std::string stacked_key() const { return prefix + base; }
   std::string expert_key(int64_t i) const { return layout::expert_key(prefix, base, i); }
   // assign adopts a source tensor only where the module holds that tensor whole, as is.
@@ -166,6 +166,8 @@ void GroupedLinear::plan_load(const PlannedDict& source, const std::string& pref
                               LoadPlan& plan) {
   // The report names the root "" (load_state_dict.hpp); messages say "<root>".
   const std::string report_name = prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1);
+  // The weights' parameters come first: one for Single, N for the others; then the biases'.
+  const size_t first_bias = layout_ == WeightLayout::Single ? 1 : static_cast<size_t>(num_gemms());
   auto family = [&](const char* base, Shape expert_shape, size_t index) {
     Family f{*this,
              plan,
@@ -175,14 +177,14 @@ void GroupedLinear::plan_load(const PlannedDict& source, const std::string& pref
              base,
              std::move(expert_shape),
              index,
-             index * static_cast<size_t>(num_gemms()),
+             index,
              source.find(prefix + base),
              {}};
     return f;
   };
   std::vector<Family> families;
   families.push_back(family("weight", {options_.out_features, options_.in_features}, 0));
-  if (options_.bias) families.push_back(family("bias", {options_.out_features}, 1));
+  if (options_.bias) families.push_back(family("bias", {options_.out_features}, first_bias));
 
   // Which per-expert entries does the source hold for this module? One pass over the keys.
   for (const PlannedTensor& t : source) {
