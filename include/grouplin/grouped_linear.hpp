@@ -48,7 +48,7 @@ struct GroupedLinearOptions {
   int64_t in_features = 1;
   int64_t out_features = 1;
   bool bias = true;
-  DType params_dtype = DType::F32;  // F32 or BF16; inputs and outputs use the same dtype
+  DType params_dtype = DType::F32;            // F32 or BF16; inputs and outputs use the same dtype
   std::optional<WeightLayout> weight_layout;  // unset: see resolve_weight_layout
   // Accumulate weight gradients into F32 Parameter::main_grad instead of overwriting grad.
   bool fuse_wgrad_accumulation = false;

@@ -61,7 +61,9 @@ class LoadPlan {
   bool claimed(const std::string& key) const;
   void add_missing(const std::string& key);
   void add_problem(ErrorCode code, std::string message);
-  void add_layout_conversion(LayoutConversion c) { report_.layout_conversions.push_back(std::move(c)); }
+  void add_layout_conversion(LayoutConversion c) {
+    report_.layout_conversions.push_back(std::move(c));
+  }
 
   // Checks that `src` can fill `dst` (same shape, same or float-convertible dtype) and plans the
   // copy into parameter `param_index` of `module` (the slice `expert` of it when expert >= 0).
@@ -84,8 +86,8 @@ class LoadPlan {
     std::string key;
     Tensor src;
     Module* module;
-    size_t index;     // parameter or buffer index
-    int64_t expert;   // slice of a stacked parameter, or -1 for the whole tensor
+    size_t index;    // parameter or buffer index
+    int64_t expert;  // slice of a stacked parameter, or -1 for the whole tensor
     bool buffer;
     bool adopt;
   };

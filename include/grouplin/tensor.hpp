@@ -59,9 +59,13 @@ class Tensor {
   // Throws Error(ReadOnlyTensor) when the storage is borrowed read-only memory.
   std::byte* mutable_data();
   template <class T>
-  const T* data_as() const { return reinterpret_cast<const T*>(data()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(data());
+  }
   template <class T>
-  T* mutable_data_as() { return reinterpret_cast<T*>(mutable_data()); }
+  T* mutable_data_as() {
+    return reinterpret_cast<T*>(mutable_data());
+  }
   bool writable() const { return storage_ && storage_->writable(); }
 
   // View of slice i along dimension 0 (rank drops by one). Throws Error(OutOfBounds).

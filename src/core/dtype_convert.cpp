@@ -326,7 +326,8 @@ uint8_t f32_to_f8e4m3(float value) { return static_cast<uint8_t>(narrow_from_f32
 float f8e5m2_to_f32(uint8_t bits) {
   // F8_E5M2 is F16 without its low 8 bits, except that ml_dtypes returns the canonical quiet
   // NaN rather than keeping the payload.
-  if ((bits & 0x7f) > 0x7c) return std::bit_cast<float>((uint32_t{bits & 0x80u} << 24) | kF32QuietNaN);
+  if ((bits & 0x7f) > 0x7c)
+    return std::bit_cast<float>((uint32_t{bits & 0x80u} << 24) | kF32QuietNaN);
   return f16_to_f32(static_cast<uint16_t>(bits << 8));
 }
 

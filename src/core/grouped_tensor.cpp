@@ -37,8 +37,8 @@ GroupedTensor GroupedTensor::make(std::span<const Shape> shapes, DType dtype) {
 
 GroupedTensor GroupedTensor::make_uniform(int64_t n, const Shape& shape, DType dtype) {
   if (n < 1) {
-    throw Error(ErrorCode::InvalidArgument,
-                "GroupedTensor::make_uniform: member count " + std::to_string(n) + ", expected >= 1");
+    throw Error(ErrorCode::InvalidArgument, "GroupedTensor::make_uniform: member count " +
+                                                std::to_string(n) + ", expected >= 1");
   }
   std::vector<Shape> shapes(static_cast<size_t>(n), shape);
   return make(shapes, dtype);
@@ -63,7 +63,8 @@ GroupedTensor GroupedTensor::from_members(std::span<const Tensor> members) {
     shapes.push_back(members[i].shape());
   }
   GroupedTensor g = make(shapes, members[0].dtype());
-  for (size_t i = 0; i < members.size(); ++i) g.member(static_cast<int64_t>(i)).copy_from(members[i]);
+  for (size_t i = 0; i < members.size(); ++i)
+    g.member(static_cast<int64_t>(i)).copy_from(members[i]);
   return g;
 }
 

@@ -114,8 +114,7 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
 Tensor Tensor::reshape(const Shape& shape) const {
   if (shape_numel(shape) != numel_) {
     throw Error(ErrorCode::ShapeMismatch, "reshape from " + shape_to_string(shape_) + " to " +
-                                              shape_to_string(shape) +
-                                              ": element counts differ");
+                                              shape_to_string(shape) + ": element counts differ");
   }
   return view_of(storage_, offset_, shape, dtype_);
 }
@@ -134,8 +133,8 @@ void Tensor::copy_from(const Tensor& src) {
     throw Error(ErrorCode::UndefinedTensor, "copy_from with an undefined tensor");
   }
   if (src.numel_ != numel_) {
-    throw Error(ErrorCode::ShapeMismatch, "copying " + shape_to_string(src.shape_) + " into " +
-                                              shape_to_string(shape_));
+    throw Error(ErrorCode::ShapeMismatch,
+                "copying " + shape_to_string(src.shape_) + " into " + shape_to_string(shape_));
   }
   std::byte* dst = mutable_data();
   if (src.dtype_ == dtype_) {

@@ -30,7 +30,8 @@ WeightLayout resolve_weight_layout(std::optional<WeightLayout> requested) {
   std::string v(raw);
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
   if (v == "1" || v == "true" || v == "yes" || v == "on") return WeightLayout::Contiguous;
-  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return WeightLayout::PerExpert;
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off")
+    return WeightLayout::PerExpert;
   throw Error(ErrorCode::InvalidEnvironment,
               std::string("environment variable ") + kContiguousWeightsEnv + "=\"" + raw +
                   "\": expected one of 1 true yes on / 0 false no off / empty (any case)");
@@ -119,8 +120,8 @@ Tensor GroupedLinear::expert_view(const Tensor& t, int64_t i) const {
 namespace {
 void check_expert_index(int64_t i, int64_t n) {
   if (i < 0 || i >= n) {
-    throw Error(ErrorCode::OutOfBounds, "expert index " + std::to_string(i) + ", expected 0.." +
-                                            std::to_string(n - 1));
+    throw Error(ErrorCode::OutOfBounds,
+                "expert index " + std::to_string(i) + ", expected 0.." + std::to_string(n - 1));
   }
 }
 }  // namespace
@@ -155,7 +156,8 @@ void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t>
                 "GroupedLinear.forward: m_splits has " + std::to_string(m_splits.size()) +
                     " entries, expected num_gemms = " + std::to_string(n));
   }
-  if (!x.defined()) throw Error(ErrorCode::UndefinedTensor, "GroupedLinear.forward: x is undefined");
+  if (!x.defined())
+    throw Error(ErrorCode::UndefinedTensor, "GroupedLinear.forward: x is undefined");
   if (x.rank() != 2 || x.dim(1) != options_.in_features) {
     throw Error(ErrorCode::ShapeMismatch, "GroupedLinear.forward: x has shape " +
                                               shape_to_string(x.shape()) + ", expected [T, " +
@@ -171,9 +173,8 @@ void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t>
   for (int64_t i = 0; i < n; ++i) {
     const int64_t m = m_splits[static_cast<size_t>(i)];
     if (m < 0) {
-      throw Error(ErrorCode::NegativeSplit, "GroupedLinear.forward: m_splits[" +
-                                                std::to_string(i) + "] is " + std::to_string(m) +
-                                                ", expected >= 0");
+      throw Error(ErrorCode::NegativeSplit, "GroupedLinear.forward: m_splits[" + std::to_string(i) +
+                                                "] is " + std::to_string(m) + ", expected >= 0");
     }
   }
   int64_t sum = 0;
@@ -263,7 +264,8 @@ Tensor GroupedLinear::backward(const Tensor& dy) {
   std::vector<Tensor> weights, wgrads, bgrads;
   for (int64_t i = 0; i < n; ++i) {
     weights.push_back(expert_weight(i));
-    wgrads.push_back(options_.fuse_wgrad_accumulation ? expert_main_grad(i) : expert_weight_grad(i));
+    wgrads.push_back(options_.fuse_wgrad_accumulation ? expert_main_grad(i)
+                                                      : expert_weight_grad(i));
     if (options_.bias) bgrads.push_back(expert_bias_grad(i));
   }
   Tensor dx = Tensor::zeros({t, options_.in_features}, options_.params_dtype);

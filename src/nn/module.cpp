@@ -7,11 +7,13 @@ namespace grouplin {
 
 void Module::add_child(std::string name, std::shared_ptr<Module> child) {
   if (name.empty() || name.find('.') != std::string::npos || !child) {
-    throw Error(ErrorCode::InvalidArgument,
-                "add_child: name \"" + name + "\" must be non-empty without '.', and the child non-null");
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "add_child: name \"" + name + "\" must be non-empty without '.', and the child non-null");
   }
   for (const auto& [n, c] : children_) {
-    if (n == name) throw Error(ErrorCode::DuplicateName, "add_child: child \"" + name + "\" exists");
+    if (n == name)
+      throw Error(ErrorCode::DuplicateName, "add_child: child \"" + name + "\" exists");
   }
   children_.emplace_back(std::move(name), std::move(child));
 }
@@ -37,7 +39,8 @@ const Parameter& Module::parameter(std::string_view dotted_name) const {
   for (const Parameter& p : m->params_) {
     if (p.name == rest) return p;
   }
-  throw Error(ErrorCode::MissingKey, "module has no parameter \"" + std::string(dotted_name) + "\"");
+  throw Error(ErrorCode::MissingKey,
+              "module has no parameter \"" + std::string(dotted_name) + "\"");
 }
 
 void Module::for_each_parameter(const std::function<void(const std::string&, Parameter&)>& fn,
@@ -49,7 +52,7 @@ void Module::for_each_parameter(const std::function<void(const std::string&, Par
 StateDict Module::state_dict(const std::string& prefix) const {
   StateDict sd;
   std::function<void(const Module&, const std::string&)> walk = [&](const Module& m,
-                                                                     const std::string& pre) {
+                                                                    const std::string& pre) {
     for (const Parameter& p : m.params_) sd.insert(pre + p.name, p.value);
     for (const auto& [name, t] : m.buffers_) sd.insert(pre + name, t);
     for (const auto& [name, c] : m.children_) walk(*c, pre + name + ".");

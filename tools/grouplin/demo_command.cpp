@@ -4,8 +4,8 @@
 #include <stdlib.h>
 
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -112,8 +112,10 @@ void run_demo(const DemoConfig& c) {
     student->backward(dy);
     sgd_step(*model, c.lr);
   }
-  std::printf("   loss %.6f -> %.6f (%s)\n", first, last, last < first ? "going down" : "NOT going down");
-  if (!(last < first)) throw Error(ErrorCode::InvalidArgument, "demo: training did not reduce the loss");
+  std::printf("   loss %.6f -> %.6f (%s)\n", first, last,
+              last < first ? "going down" : "NOT going down");
+  if (!(last < first))
+    throw Error(ErrorCode::InvalidArgument, "demo: training did not reduce the loss");
 
   // 2. Move the weights into a Single-layout layer under another parent, through a state dict.
   const StateDict saved = model->state_dict();
@@ -137,7 +139,8 @@ void run_demo(const DemoConfig& c) {
   const bool same = y_trained.bit_equal(y_reloaded);
   std::printf("   outputs of the per-expert and single layers: %s\n",
               same ? "bit-identical" : "DIFFERENT");
-  if (!same) throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after the layout change");
+  if (!same)
+    throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after the layout change");
 
   // 3. Through real files: safetensors from the per-expert model, .pt from the single one.
   const std::string dir = c.out_dir.empty() ? make_temp_dir() : c.out_dir;
@@ -148,8 +151,8 @@ void run_demo(const DemoConfig& c) {
   std::printf("\n3. saved %s (per-expert keys) and %s (stacked keys)\n", st_path.c_str(),
               pt_path.c_str());
   bool all_same = true;
-  for (const auto& [path, layout] : {std::pair{st_path, WeightLayout::Single},
-                                     std::pair{pt_path, WeightLayout::Contiguous}}) {
+  for (const auto& [path, layout] :
+       {std::pair{st_path, WeightLayout::Single}, std::pair{pt_path, WeightLayout::Contiguous}}) {
     const Checkpoint ckpt = load_checkpoint(path);
     GroupedLinearOptions lo = o;
     lo.weight_layout = layout;
@@ -171,7 +174,8 @@ void run_demo(const DemoConfig& c) {
                 same_file ? "bit-identical" : "DIFFERENT");
   }
   if (c.out_dir.empty()) std::filesystem::remove_all(dir);
-  if (!all_same) throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after reloading a file");
+  if (!all_same)
+    throw Error(ErrorCode::InvalidArgument, "demo: outputs differ after reloading a file");
   std::printf("\ndemo finished: loss went down, and every layout and file kept every bit\n");
 }
 

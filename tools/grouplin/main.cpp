@@ -3,14 +3,15 @@
 #include <exception>
 #include <iostream>
 
-#include "grouplin/error.hpp"
 #include "grouplin/commands.hpp"
+#include "grouplin/error.hpp"
 
 int grouplin::cli::g_exit_code = 0;
 
 int main(int argc, char** argv) {
-  CLI::App app{"grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
-               "and checkpoints"};
+  CLI::App app{
+      "grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
+      "and checkpoints"};
   app.require_subcommand(1);
   grouplin::cli::add_inspect_command(app);
   grouplin::cli::add_convert_command(app);
