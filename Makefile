@@ -1,10 +1,11 @@
-# GroupLin's two everyday commands: `make run` (the demo) and `make test` (every test, a normal
-# build and a sanitizer + fuzzing build). Both install missing dependencies first.
+# GroupLin's two everyday commands: `make run` (the demo) and `make test` (every test: the
+# formatting check, a normal build and a sanitizer + fuzzing build). Both install missing
+# dependencies first.
 BUILD ?= build
 SAN_BUILD ?= build-san
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run test test-release test-sanitize bench clean format
+.PHONY: all deps build run test test-release test-sanitize bench clean format format-check
 
 all: build
 
@@ -18,7 +19,7 @@ build: deps
 run: build
 	./$(BUILD)/grouplin demo
 
-test: test-release test-sanitize
+test: format-check test-release test-sanitize
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -36,6 +37,11 @@ bench: build
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
+
+# Fails when a tracked C++ file is not laid out as .clang-format says (`make format` fixes it).
+format-check: deps
+	@files=$$(git ls-files '*.cpp' '*.hpp') && [ -n "$$files" ] && \
+	  clang-format --dry-run --Werror $$files && echo "format-check: clang-format clean"
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)
