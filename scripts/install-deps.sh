@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what GroupLin needs to build and test, and nothing that is already there.
-# Debian packages for the build; a project-local Python environment (.venv) for the test peers
-# (PyTorch from Debian, safetensors and ml_dtypes from PyPI). Safe to run again: it checks first.
+# Debian packages for the builds (with clang-format for the formatting check, and the aarch64 cross
+# compiler and qemu-user for the cross build); a project-local Python environment (.venv) for the
+# test peers (PyTorch from Debian, safetensors and ml_dtypes from PyPI). Safe to run again: it
+# checks first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debian_packages=(
-  cmake ninja-build g++ clang libclang-rt-14-dev
+  cmake ninja-build g++ clang libclang-rt-14-dev clang-format
+  g++-aarch64-linux-gnu qemu-user
   libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
   python3-venv python3-numpy python3-torch
   gnuplot-nox

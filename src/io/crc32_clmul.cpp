@@ -9,13 +9,18 @@
 // (arch/x86/crypto/crc32-pclmul_asm.S): k1 = x^(4*128+32) mod P etc., bit-reflected and shifted.
 #include "io/crc32_clmul.hpp"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cstring>
 
 #include "io/zip.hpp"
 
 namespace grouplin::zip {
+
+#if defined(__x86_64__)
+
 namespace {
 
 constexpr uint64_t kK1 = 0x154442bd4;  // fold by 4 x 128 bits, low half
@@ -77,5 +82,13 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc,
   uint32_t r = crc32(raw_start, std::span<const std::byte>(last, 16));
   return crc32(r, std::span<const std::byte>(p, n));
 }
+
+#else  // not x86-64: no PCLMULQDQ, and crc32 uses its tables
+
+bool crc32_clmul_supported() { return false; }
+
+uint32_t crc32_clmul(uint32_t crc, std::span<const std::byte> bytes) { return crc32(crc, bytes); }
+
+#endif
 
 }  // namespace grouplin::zip

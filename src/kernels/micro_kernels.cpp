@@ -1,6 +1,8 @@
 #include "kernels/micro_kernels.hpp"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +12,7 @@
 namespace grouplin::kernels {
 namespace {
 
-// ---- Portable loops (any x86-64, and the reference for what the AVX2 loops compute) ----
+// ---- Portable loops (any CPU, and the reference for what the AVX2 loops compute) ----
 
 // Element `at` of an F32 or (bf16) BF16 array, as F32 (exact).
 float load_as_f32(const void* src, bool bf16, int64_t at) {
@@ -135,7 +137,9 @@ constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
                                     .stream_bf16 = stream_bf16_portable,
                                     .name = "portable"};
 
-// ---- AVX2 + FMA ----
+// ---- AVX2 + FMA (x86-64 builds only; other architectures run the portable loops) ----
+
+#if defined(__x86_64__)
 
 #define GROUPLIN_AVX2 __attribute__((target("avx2,fma")))
 
@@ -562,9 +566,13 @@ constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
                                 .stream_bf16 = stream_bf16_avx2,
                                 .name = "avx2+fma"};
 
+#endif  // defined(__x86_64__)
+
 const MicroKernels* best_for_cpu() {
+#if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+#endif
   return &kPortable;
 }
 

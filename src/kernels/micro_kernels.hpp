@@ -1,5 +1,6 @@
 // The innermost loops of the grouped GEMM kernels, selected once from the CPU's features:
-// AVX2+FMA versions where the CPU has them, portable loops elsewhere.
+// AVX2+FMA versions where the CPU has them (x86-64 builds), portable loops elsewhere (other
+// x86-64 CPUs, and every CPU of other architectures, where the AVX2 code is not compiled).
 //
 //   const MicroKernels& mk = micro_kernels();
 //   mk.dot_tile(4, 3, kc, x, ldx, w, ldw, c, ldc);     // c[i][j] += x_i · w_j over kc

@@ -1,6 +1,8 @@
 #include "kernels/packing.hpp"
 
+#if defined(__x86_64__)
 #include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -43,8 +45,9 @@ void store_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
 namespace {
 
 // Copies `bytes` bytes with 16-byte non-temporal stores where dst is aligned, plain stores at
-// the ragged ends.
+// the ragged ends (x86-64; plain stores throughout elsewhere).
 void stream_bytes(const std::byte* src, std::byte* dst, size_t bytes) {
+#if defined(__x86_64__)
   size_t i = 0;
   while (i < bytes && (reinterpret_cast<uintptr_t>(dst + i) % 16) != 0) {
     dst[i] = src[i];
@@ -55,6 +58,9 @@ void stream_bytes(const std::byte* src, std::byte* dst, size_t bytes) {
                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
   }
   if (i < bytes) std::memcpy(dst + i, src + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
 }
 
 }  // namespace
@@ -71,14 +77,24 @@ void stream_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t 
 void stream_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
   std::byte* dst = element(m, r, c);
   const size_t bytes = static_cast<size_t>(n) * dtype_size(m.dtype);
+#if defined(__x86_64__)
   size_t i = 0;
   while (i < bytes && (reinterpret_cast<uintptr_t>(dst + i) % 16) != 0) dst[i++] = std::byte{0};
   const __m128i zero = _mm_setzero_si128();
   for (; i + 16 <= bytes; i += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), zero);
   if (i < bytes) std::memset(dst + i, 0, bytes - i);
+#else
+  std::memset(dst, 0, bytes);
+#endif
 }
 
-void stream_fence() { _mm_sfence(); }
+// Off x86-64 the stores above are plain ones, which the thread pool's release/acquire hand-over
+// already orders.
+void stream_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
 
 // Panel by panel, each written in one sequential run: writing each source row's 16-column pieces
 // into all panels at once (16 store streams 16 KiB apart, one L1 set) packed 3-10% slower

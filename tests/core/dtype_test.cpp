@@ -2,6 +2,8 @@
 // tests/core/dtype_reference.py computes with numpy and ml_dtypes (see that file for how each
 // reference value is obtained); a few hand-picked cases below need no Python.
 
+#include "grouplin/dtype.hpp"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -18,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
 
 namespace grouplin {
@@ -123,8 +124,8 @@ void expect_same_bits(const std::string& what, DType from, const Bytes& src, DTy
                             << " differ; first:" << first;
 }
 
-#define GROUPLIN_REQUIRE_REFERENCE()                              \
-  const ReferenceTables& ref = reference();                       \
+#define GROUPLIN_REQUIRE_REFERENCE()        \
+  const ReferenceTables& ref = reference(); \
   ASSERT_TRUE(ref.ok) << ref.failure
 
 // Applies one of the scalar functions to every element of src.
@@ -134,11 +135,21 @@ Bytes decode_with_scalar_function(DType from, const Bytes& src) {
     const uint64_t bits = element(src, dtype_size(from), i);
     float v = 0;
     switch (from) {
-      case DType::BF16: v = bf16_to_f32(static_cast<uint16_t>(bits)); break;
-      case DType::F16: v = f16_to_f32(static_cast<uint16_t>(bits)); break;
-      case DType::F8_E4M3: v = f8e4m3_to_f32(static_cast<uint8_t>(bits)); break;
-      case DType::F8_E5M2: v = f8e5m2_to_f32(static_cast<uint8_t>(bits)); break;
-      default: ADD_FAILURE() << "not a narrow type"; break;
+      case DType::BF16:
+        v = bf16_to_f32(static_cast<uint16_t>(bits));
+        break;
+      case DType::F16:
+        v = f16_to_f32(static_cast<uint16_t>(bits));
+        break;
+      case DType::F8_E4M3:
+        v = f8e4m3_to_f32(static_cast<uint8_t>(bits));
+        break;
+      case DType::F8_E5M2:
+        v = f8e5m2_to_f32(static_cast<uint8_t>(bits));
+        break;
+      default:
+        ADD_FAILURE() << "not a narrow type";
+        break;
     }
     std::memcpy(out.data() + i * sizeof(float), &v, sizeof(float));
   }
@@ -153,11 +164,21 @@ Bytes encode_with_scalar_function(const Bytes& src, DType to) {
     std::memcpy(&v, src.data() + i * sizeof(float), sizeof(float));
     uint16_t bits = 0;
     switch (to) {
-      case DType::BF16: bits = f32_to_bf16(v); break;
-      case DType::F16: bits = f32_to_f16(v); break;
-      case DType::F8_E4M3: bits = f32_to_f8e4m3(v); break;
-      case DType::F8_E5M2: bits = f32_to_f8e5m2(v); break;
-      default: ADD_FAILURE() << "not a narrow type"; break;
+      case DType::BF16:
+        bits = f32_to_bf16(v);
+        break;
+      case DType::F16:
+        bits = f32_to_f16(v);
+        break;
+      case DType::F8_E4M3:
+        bits = f32_to_f8e4m3(v);
+        break;
+      case DType::F8_E5M2:
+        bits = f32_to_f8e5m2(v);
+        break;
+      default:
+        ADD_FAILURE() << "not a narrow type";
+        break;
     }
     std::memcpy(out.data() + i * dtype_size(to), &bits, dtype_size(to));
   }
@@ -224,8 +245,8 @@ TEST(DTypeConvertTest, F8E4M3SaturatesToMaxUpToTheTieThenGivesNaN) {
   EXPECT_EQ(f32_to_f8e4m3(-465.0f), 0xFF);
   EXPECT_EQ(f32_to_f8e4m3(INFINITY), 0x7F);
   EXPECT_EQ(f32_to_f8e4m3(-INFINITY), 0xFF);
-  EXPECT_EQ(f32_to_f8e4m3(0x1p-10f), 0x00);                                 // tie to 0
-  EXPECT_EQ(f32_to_f8e4m3(std::nextafter(0x1p-10f, 1.0f)), 0x01);           // 2^-9
+  EXPECT_EQ(f32_to_f8e4m3(0x1p-10f), 0x00);                        // tie to 0
+  EXPECT_EQ(f32_to_f8e4m3(std::nextafter(0x1p-10f, 1.0f)), 0x01);  // 2^-9
   EXPECT_TRUE(std::isnan(f8e4m3_to_f32(0x7F)));
   EXPECT_EQ(f8e4m3_to_f32(0x7E), 448.0f);
   EXPECT_EQ(f8e4m3_to_f32(0x01), 0x1p-9f);
@@ -322,9 +343,9 @@ TEST(DTypeConvertTest, NonFloatTypeThrowsUnsupportedConversion) {
 
 TEST(DTypeTest, SizeOfEveryType) {
   const std::map<DType, size_t> expected = {
-      {DType::F32, 4}, {DType::F16, 2}, {DType::BF16, 2}, {DType::F8_E4M3, 1}, {DType::F8_E5M2, 1},
-      {DType::F64, 8}, {DType::BOOL, 1}, {DType::U8, 1},  {DType::I8, 1},      {DType::I16, 2},
-      {DType::U16, 2}, {DType::I32, 4}, {DType::U32, 4},  {DType::I64, 8},     {DType::U64, 8},
+      {DType::F32, 4}, {DType::F16, 2},  {DType::BF16, 2}, {DType::F8_E4M3, 1}, {DType::F8_E5M2, 1},
+      {DType::F64, 8}, {DType::BOOL, 1}, {DType::U8, 1},   {DType::I8, 1},      {DType::I16, 2},
+      {DType::U16, 2}, {DType::I32, 4},  {DType::U32, 4},  {DType::I64, 8},     {DType::U64, 8},
   };
   ASSERT_EQ(expected.size(), std::size(kAllDTypes));
   for (DType t : kAllDTypes) EXPECT_EQ(dtype_size(t), expected.at(t)) << dtype_name(t);
@@ -341,16 +362,16 @@ TEST(DTypeTest, NamesAreSafetensorsSpellingsAndRoundTrip) {
 }
 
 TEST(DTypeTest, UnknownNamesAreRejected) {
-  for (const char* name : {"", "f32", "FP32", "F8_E4M3FN", "BFLOAT16", "F32 ", " F32", "I4", "U",
-                           "F8", "float32"}) {
+  for (const char* name :
+       {"", "f32", "FP32", "F8_E4M3FN", "BFLOAT16", "F32 ", " F32", "I4", "U", "F8", "float32"}) {
     EXPECT_EQ(dtype_from_name(name), std::nullopt) << '"' << name << '"';
   }
 }
 
 TEST(DTypeTest, IsFloatOnlyForFloatTypes) {
   for (DType t : kAllDTypes) {
-    const bool expected = std::find(std::begin(kFloatTypes), std::end(kFloatTypes), t) !=
-                          std::end(kFloatTypes);
+    const bool expected =
+        std::find(std::begin(kFloatTypes), std::end(kFloatTypes), t) != std::end(kFloatTypes);
     EXPECT_EQ(is_float(t), expected) << dtype_name(t);
   }
 }

@@ -418,6 +418,17 @@ uint32_t crc32_bitwise(uint32_t crc, const std::byte* p, size_t n) {
   return ~crc;
 }
 
+// Builds for x86-64 use carry-less multiplication where the CPU has it, other builds never.
+TEST(Crc32Clmul, SupportedOnlyOnX86CpusThatHaveIt) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#else
+  const bool clmul = false;
+#endif
+  EXPECT_EQ(zip::crc32_clmul_supported(), clmul);
+}
+
 TEST(Crc32Clmul, MatchesTheDefinition) {
   if (!zip::crc32_clmul_supported()) GTEST_SKIP() << "no PCLMULQDQ on this CPU";
   std::vector<std::byte> data(5000);

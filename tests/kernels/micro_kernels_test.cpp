@@ -41,6 +41,20 @@ class MicroKernelsTest : public ::testing::Test {
   }
 };
 
+// The dispatch: AVX2+FMA where an x86-64 CPU has both, the portable loops on other CPUs and in
+// builds for other architectures (where the AVX2 code is compiled out), so that a guard that
+// drops the fast set from x86-64 builds by mistake fails here.
+TEST_F(MicroKernelsTest, PicksAvx2OnlyOnX86CpusThatHaveIt) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  const bool avx2 = false;
+#endif
+  EXPECT_STREQ(micro_kernels().name, avx2 ? "avx2+fma" : "portable");
+  EXPECT_STREQ(portable().name, "portable");
+}
+
 TEST_F(MicroKernelsTest, NarrowMatchesScalarConversionOnSpecialAndRandomValues) {
   std::vector<float> v = {0.0f,
                           -0.0f,
