@@ -6,8 +6,8 @@ SAN_BUILD ?= build-san
 CROSS_BUILD ?= build-aarch64
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run test test-release test-sanitize test-cross bench clean format \
-	format-check
+.PHONY: all deps build run test test-release test-install test-sanitize test-cross bench clean \
+	format format-check
 
 all: build
 
@@ -21,10 +21,31 @@ build: deps
 run: build
 	./$(BUILD)/grouplin demo
 
-test: format-check test-release test-sanitize test-cross
+test: format-check test-release test-install test-sanitize test-cross
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# GroupLin as a package: installed to a temporary prefix, then an outside project
+# (tests/consumer) finds it with find_package(grouplin), builds against the static and the shared
+# library and runs; a second build goes through pkg-config alone; the installed command's
+# --version must equal the library's version(). Last, the same project embeds GroupLin with
+# add_subdirectory while GoogleTest, CLI11 and OpenBLAS cannot be found: it must configure.
+test-install: build
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	  cmake -S tests/consumer -B "$$d/embedded" -G Ninja -DGROUPLIN_SOURCE="$$PWD" \
+	    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON \
+	    -DCMAKE_DISABLE_FIND_PACKAGE_OpenBLAS=ON >/dev/null && \
+	  cmake --install $(BUILD) --prefix "$$d/prefix" >/dev/null && \
+	  cmake -S tests/consumer -B "$$d/build" -G Ninja -DCMAKE_PREFIX_PATH="$$d/prefix" >/dev/null && \
+	  cmake --build "$$d/build" >/dev/null && \
+	  "$$d/build/consumer" "$$d" && "$$d/build/consumer_shared" "$$d" && \
+	  PKG_CONFIG_PATH="$$d/prefix/lib/pkgconfig" c++ -o "$$d/consumer_pc" tests/consumer/consumer.cpp \
+	    $$(PKG_CONFIG_PATH="$$d/prefix/lib/pkgconfig" pkg-config --cflags --libs --static grouplin) && \
+	  LD_LIBRARY_PATH="$$d/prefix/lib" "$$d/consumer_pc" "$$d" && \
+	  want="grouplin $$("$$d/build/consumer" --version)" && got=$$("$$d/prefix/bin/grouplin" --version) && \
+	  if [ "$$got" = "$$want" ]; then echo "test-install: installed package ok ($$got)"; \
+	  else echo "test-install: grouplin --version says '$$got', the library '$$want'"; exit 1; fi
 
 # clang with AddressSanitizer + UndefinedBehaviorSanitizer: every unit test again, the fuzzers'
 # corpora replayed, and each fuzzer run for a bounded time.

@@ -28,3 +28,4 @@
 #include "grouplin/state_dict.hpp"
 #include "grouplin/storage.hpp"
 #include "grouplin/tensor.hpp"
+#include "grouplin/version.hpp"

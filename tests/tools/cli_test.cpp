@@ -19,6 +19,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "grouplin/version.hpp"
 #include "io/moe_checkpoint.hpp"
 #include "temp_dir_test.hpp"
 #include "tools/cli_runner.hpp"
@@ -217,6 +218,9 @@ TEST_F(CliTest, HelpOnEveryCommand) {
   EXPECT_EQ(r.code, 0);
   for (const char* cmd : {"inspect", "convert", "verify"})
     EXPECT_NE(r.out.find(cmd), std::string::npos);
+  r = run({"--version"});  // the library's own version, not a copy of it
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "grouplin " + std::string(version()) + "\n");
 }
 
 TEST_F(CliTest, VerifyExitCodes) {

@@ -3,10 +3,12 @@
 // stopped by SIGINT or SIGTERM (convert) 128 + the signal number: 130, 143.
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "grouplin/commands.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/interrupt.hpp"
+#include "grouplin/version.hpp"
 
 int grouplin::cli::g_exit_code = 0;
 
@@ -14,6 +16,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
       "and checkpoints"};
+  app.set_version_flag("--version", "grouplin " + std::string(grouplin::version()),
+                       "print GroupLin's version and exit");
   app.require_subcommand(1);
   grouplin::cli::add_inspect_command(app);
   grouplin::cli::add_convert_command(app);
@@ -25,6 +29,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
