@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""bench/hf_v5_check.py: GroupLin's Hugging Face layout rules against transformers v5 itself.
+
+For each model family (Qwen3-MoE: gate/up/down under mlp.experts; Mixtral: w1/w3/w2 under
+block_sparse_moe, renamed by v5), builds a tiny random model with transformers v5, saves it in
+the original per-expert format, and checks, name by name and bit for bit:
+
+  1. `grouplin convert per-expert -> single` equals what transformers v5 holds after loading the
+     per-expert checkpoint (model.state_dict(): fused gate_up_proj [N, 2I, H], down_proj);
+  2. `grouplin convert single -> per-expert` of v5's own fused save equals v5's per-expert save
+     (save_pretrained in the original format).
+
+Needs the bench-only environment (PyTorch 2.x and transformers v5 from PyPI), which `make test`
+never downloads:
+
+  python3 bench/hf_v5_check.py            # creates .bench-venv on first use (large download)
+  python3 bench/hf_v5_check.py --grouplin build/grouplin
+
+Exit 0 when every tensor matches, 1 otherwise (the differences are printed).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def reexec_in_bench_env():
+    """Runs this script again with the bench environment's python if torch 2 / v5 are missing."""
+    try:
+        import torch  # noqa: F401
+        import transformers
+
+        if int(transformers.__version__.split(".")[0]) >= 5:
+            return
+    except ImportError:
+        pass
+    if os.environ.get("GROUPLIN_BENCH_ENV"):
+        sys.exit("hf_v5_check: the bench environment lacks torch or transformers >= 5")
+    python = subprocess.check_output(["bash", os.path.join(ROOT, "scripts", "bench-env.sh")],
+                                     text=True).strip().splitlines()[-1]
+    env = dict(os.environ, GROUPLIN_BENCH_ENV="1")
+    os.execve(python, [python, os.path.abspath(__file__)] + sys.argv[1:], env)
+
+
+def tiny_config(family):
+    from transformers import MixtralConfig, Qwen3MoeConfig
+
+    common = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False)
+    if family == "mixtral":
+        return MixtralConfig(intermediate_size=16, num_local_experts=4, num_experts_per_tok=2,
+                             **common)
+    return Qwen3MoeConfig(intermediate_size=48, moe_intermediate_size=16, num_experts=4,
+                          num_experts_per_tok=2, decoder_sparse_step=1, head_dim=8, **common)
+
+
+def safetensors_file(directory):
+    names = [n for n in os.listdir(directory) if n.endswith(".safetensors")]
+    if len(names) != 1:
+        sys.exit(f"hf_v5_check: expected one safetensors file in {directory}, found {names}")
+    return os.path.join(directory, names[0])
+
+
+def load(path):
+    from safetensors.torch import load_file
+
+    return load_file(path)
+
+
+def compare(what, got, want):
+    import torch
+
+    problems = []
+    for name in sorted(set(got) | set(want)):
+        if name not in got:
+            problems.append(f"{name}: only in {what}'s reference")
+        elif name not in want:
+            problems.append(f"{name}: only in GroupLin's output")
+        else:
+            a, b = got[name], want[name]
+            if a.dtype != b.dtype or a.shape != b.shape:
+                problems.append(f"{name}: {a.dtype} {list(a.shape)} vs {b.dtype} {list(b.shape)}")
+            elif not torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                                 b.contiguous().reshape(-1).view(torch.uint8)):
+                problems.append(f"{name}: different values")
+    status = "same" if not problems else f"{len(problems)} differences"
+    print(f"  {what}: {len(want)} reference tensors, {status}")
+    for p in problems[:20]:
+        print(f"    {p}")
+    return not problems
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"hf_v5_check: {' '.join(cmd)} failed ({r.returncode}):\n{r.stderr}")
+
+
+def main():
+    reexec_in_bench_env()
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grouplin", default=os.path.join(ROOT, "build", "grouplin"))
+    args = ap.parse_args()
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for family in ("qwen3_moe", "mixtral"):
+            print(f"{family}:")
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(tiny_config(family), dtype=torch.bfloat16)
+            orig = os.path.join(tmp, family + "-orig")
+            fused = os.path.join(tmp, family + "-fused")
+            model.save_pretrained(orig, save_original_format=True)
+            model.save_pretrained(fused, save_original_format=False)
+            # What v5 holds after loading the per-expert checkpoint.
+            held = {k: v.detach().contiguous()
+                    for k, v in AutoModelForCausalLM.from_pretrained(orig, dtype=torch.bfloat16)
+                    .state_dict().items()}
+            ours = os.path.join(tmp, family + "-grouplin-single.safetensors")
+            run([args.grouplin, "convert", safetensors_file(orig), ours, "--layout", "single",
+                 "--quiet"])
+            ok &= compare("per-expert -> single vs v5's loaded model", load(ours), held)
+            back = os.path.join(tmp, family + "-grouplin-per-expert.safetensors")
+            rules = "hf-mixtral" if family == "mixtral" else "hf"
+            run([args.grouplin, "convert", safetensors_file(fused), back, "--layout",
+                 "per-expert", "--rules", rules, "--quiet"])
+            ok &= compare("single -> per-expert vs v5's original-format save", load(back),
+                          load(safetensors_file(orig)))
+    print("all tensors match" if ok else "DIFFERENCES FOUND")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
