@@ -2,10 +2,13 @@
 //
 //   grouplin::set_num_threads(8);         // or GROUPLIN_NUM_THREADS=8 in the environment
 //   int n = grouplin::num_threads();      // 8
+//   std::string isa = grouplin::kernel_isa();  // "avx2"; GROUPLIN_ISA=portable caps it
 //
 // The number of threads never changes results: every output element is computed by one thread
 // in a fixed order, so 1, 2 or 64 threads give the same bits.
 #pragma once
+
+#include <string>
 
 namespace grouplin {
 
@@ -18,5 +21,16 @@ int num_threads();
 // Sets the thread count for later calls. Throws Error(InvalidArgument) unless 1 <= n <= 256.
 // Thread-safe; a call in progress keeps the count it started with.
 void set_num_threads(int n);
+
+// The instruction set the kernels run on: "portable" or "avx2" today. It is the most capable set
+// GroupLin implements that the CPU and OS offer and that the environment variable GROUPLIN_ISA
+// (portable, avx2, avx512, avx512bf16, amx) allows; decided once per process. AVX-512 and AMX
+// are detected (cpu_features) but have no kernels yet. Throws Error(InvalidEnvironment) for any
+// other GROUPLIN_ISA.
+std::string kernel_isa();
+
+// What the CPU and OS offer, for reports: "avx2 fma avx512f avx512_bf16 amx_bf16" (the AMX tile
+// state is requested from Linux; "(amx refused by the OS)" when it says no).
+std::string cpu_features();
 
 }  // namespace grouplin

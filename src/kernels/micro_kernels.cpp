@@ -1,5 +1,7 @@
 #include "kernels/micro_kernels.hpp"
 
+#include "kernels/isa.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -570,8 +572,7 @@ constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
 
 const MicroKernels* best_for_cpu() {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+  if (kernel_isa() >= Isa::Avx2) return &kAvx2;
 #endif
   return &kPortable;
 }

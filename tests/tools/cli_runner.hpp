@@ -29,7 +29,9 @@ struct CliRun {
 // Runs the CLI with `args`; stdout and stderr go to files in `dir` (not a terminal: no progress
 // bar). A child killed by a signal fails the calling test. ru_maxrss carries over fork and exec,
 // so the calling process must itself stay small for max_rss_kib to mean the CLI's own peak.
-inline CliRun run_cli(const std::filesystem::path& dir, const std::vector<std::string>& args) {
+// `env` holds "NAME=VALUE" settings for the child's environment.
+inline CliRun run_cli(const std::filesystem::path& dir, const std::vector<std::string>& args,
+                      const std::vector<std::string>& env = {}) {
   const std::string out = (dir / ".stdout").string(), err = (dir / ".stderr").string();
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -37,6 +39,7 @@ inline CliRun run_cli(const std::filesystem::path& dir, const std::vector<std::s
     int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(o, 1);
     ::dup2(e, 2);
+    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
     std::vector<char*> argv;
     static std::string cli = GROUPLIN_CLI;
     argv.push_back(cli.data());

@@ -18,6 +18,7 @@
 #include "grouplin/checkpoint.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
+#include "grouplin/runtime.hpp"
 #include "grouplin/safetensors.hpp"
 #include "grouplin/version.hpp"
 #include "io/moe_checkpoint.hpp"
@@ -220,7 +221,16 @@ TEST_F(CliTest, HelpOnEveryCommand) {
     EXPECT_NE(r.out.find(cmd), std::string::npos);
   r = run({"--version"});  // the library's own version, not a copy of it
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(r.out, "grouplin " + std::string(version()) + "\n");
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "grouplin " + std::string(version()));
+  EXPECT_NE(r.out.find("\nkernels: " + kernel_isa() + " (cpu: "), std::string::npos) << r.out;
+  // GROUPLIN_ISA caps the kernels, and a bad value is a named error.
+  r = run_cli(dir_, {"--version"}, {"GROUPLIN_ISA=portable"});
+  EXPECT_NE(r.out.find("\nkernels: portable (cpu: "), std::string::npos) << r.out;
+  r = run_cli(dir_, {"--version"}, {"GROUPLIN_ISA=avx9"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("InvalidEnvironment: environment variable GROUPLIN_ISA=\"avx9\""),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(CliTest, VerifyExitCodes) {

@@ -8,6 +8,7 @@
 #include "grouplin/commands.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/interrupt.hpp"
+#include "grouplin/runtime.hpp"
 #include "grouplin/version.hpp"
 
 int grouplin::cli::g_exit_code = 0;
@@ -16,8 +17,15 @@ int main(int argc, char** argv) {
   CLI::App app{
       "grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
       "and checkpoints"};
-  app.set_version_flag("--version", "grouplin " + std::string(grouplin::version()),
-                       "print GroupLin's version and exit");
+  // The kernels line names what runs here: the instruction set chosen (GROUPLIN_ISA caps it)
+  // and what the CPU offers.
+  app.set_version_flag(
+      "--version",
+      [] {
+        return "grouplin " + std::string(grouplin::version()) +
+               "\nkernels: " + grouplin::kernel_isa() + " (cpu: " + grouplin::cpu_features() + ")";
+      },
+      "print GroupLin's version and the kernels' instruction set, and exit");
   app.require_subcommand(1);
   grouplin::cli::add_inspect_command(app);
   grouplin::cli::add_convert_command(app);

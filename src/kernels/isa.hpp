@@ -1,0 +1,48 @@
+// Private: which instruction sets the CPU and the OS offer, and which one the kernels use.
+//
+//   kernels::CpuFeatures f = kernels::detect_cpu();
+//   kernels::Isa isa = kernels::kernel_isa();    // after GROUPLIN_ISA's cap
+//
+// The OS part matters as much as the CPU's: AVX-512 needs the ZMM and opmask state enabled in
+// XCR0, AMX the tile state enabled and, on Linux, granted to the process
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); a refusal falls back cleanly.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace grouplin::kernels {
+
+// Kernel sets from the least to the most capable; each implies the ones before it.
+enum class Isa { Portable, Avx2, Avx512, Avx512Bf16, Amx };
+
+struct CpuFeatures {
+  bool avx2_fma = false;     // AVX2 and FMA, YMM state enabled
+  bool avx512f = false;      // AVX-512 F, ZMM and opmask state enabled
+  bool avx512bf16 = false;   // AVX512_BF16 (vdpbf16ps)
+  bool amx_bf16 = false;     // AMX-BF16 and AMX-TILE, tile state enabled and granted
+  bool amx_refused = false;  // the CPU has AMX but the OS refused the tile state
+};
+
+// What this CPU and OS offer (CPUID, XGETBV, and on Linux the AMX permission request).
+CpuFeatures detect_cpu();
+// The most capable set `f` allows.
+Isa best_isa(const CpuFeatures& f);
+
+// "portable", "avx2", "avx512", "avx512bf16", "amx".
+std::string_view isa_name(Isa isa);
+std::optional<Isa> isa_from_name(std::string_view name);
+
+// The cap GROUPLIN_ISA=`value` sets (nullptr: none, Amx). Throws Error(InvalidEnvironment)
+// naming the variable, the value and the accepted names.
+Isa isa_cap_from_environment(const char* value);
+
+// The kernels' instruction set: the most capable set that is implemented, that the CPU offers and
+// that GROUPLIN_ISA allows. GroupLin implements portable and avx2 kernels today; AVX-512 and AMX
+// are detected and reported but run the avx2 kernels. Decided once per process.
+Isa kernel_isa();
+// "avx2 fma avx512f ..." and any refusal: what detect_cpu found, for reports.
+std::string describe(const CpuFeatures& f);
+
+}  // namespace grouplin::kernels
