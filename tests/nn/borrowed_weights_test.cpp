@@ -60,14 +60,27 @@ constexpr Case kCases[] = {{WeightLayout::PerExpert, WeightLayout::PerExpert},
                            {WeightLayout::Single, WeightLayout::PerExpert},
                            {WeightLayout::Single, WeightLayout::Single}};
 
+// A module that borrowed the caller's own dict (load with assign=true), and that dict's bits.
+struct Borrowed {
+  std::shared_ptr<GroupedLinear> src;
+  StateDict sd;
+  testing::Snapshot before;
+  std::shared_ptr<GroupedLinear> dst;
+};
+Borrowed borrow(const Case& c) {
+  Borrowed b;
+  b.src = layer(c.source, 1);
+  b.sd = own_copy(b.src->state_dict());
+  b.before = testing::snapshot(b.sd);
+  b.dst = layer(c.target, 2);
+  b.dst->load_state_dict(b.sd, {.assign = true});
+  return b;
+}
+
 TEST(BorrowedWeights, EveryPublicPathRefusesWritesToTheCallersBytes) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(std::string(layout_name(c.source)) + " -> " + std::string(layout_name(c.target)));
-    auto src = layer(c.source, 1);
-    const StateDict sd = own_copy(src->state_dict());  // the caller's own, writable tensors
-    const testing::Snapshot before = testing::snapshot(sd);
-    auto dst = layer(c.target, 2);
-    dst->load_state_dict(sd, {.assign = true});
+    const auto [src, sd, before, dst] = borrow(c);  // the caller's own, writable tensors
 
     for (int64_t i = 0; i < kN; ++i) {
       expect_read_only(dst->expert_weight(i), "expert_weight(" + std::to_string(i) + ")");
@@ -88,11 +101,7 @@ TEST(BorrowedWeights, EveryPublicPathRefusesWritesToTheCallersBytes) {
 TEST(BorrowedWeights, AnAcceptedWriteIsWhatTheModuleReads) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(std::string(layout_name(c.source)) + " -> " + std::string(layout_name(c.target)));
-    auto src = layer(c.source, 1);
-    const StateDict sd = own_copy(src->state_dict());
-    const testing::Snapshot before = testing::snapshot(sd);
-    auto dst = layer(c.target, 2);
-    dst->load_state_dict(sd, {.assign = true});
+    const auto [src, sd, before, dst] = borrow(c);
 
     // Through writable_value: a private copy, which becomes the parameter.
     dst->for_each_parameter([&](const std::string&, Parameter& p) {
@@ -120,11 +129,7 @@ TEST(BorrowedWeights, AnAcceptedWriteIsWhatTheModuleReads) {
 TEST(BorrowedWeights, TrainingCopiesBeforeItsFirstWrite) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(std::string(layout_name(c.source)) + " -> " + std::string(layout_name(c.target)));
-    auto src = layer(c.source, 1);
-    const StateDict sd = own_copy(src->state_dict());
-    const testing::Snapshot before = testing::snapshot(sd);
-    auto dst = layer(c.target, 2);
-    dst->load_state_dict(sd, {.assign = true});
+    const auto [src, sd, before, dst] = borrow(c);
     testing::run_pass(*dst);
     sgd_step(*dst, 0.5f);
     testing::expect_same(before, sd);

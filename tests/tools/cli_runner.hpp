@@ -19,6 +19,19 @@
 
 namespace grouplin {
 
+// Peak resident-set tests skip under AddressSanitizer (GCC and clang spell the check apart).
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kUnderAddressSanitizer = true;
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+
 struct CliRun {
   int code = -1;
   std::string out;

@@ -412,13 +412,9 @@ TEST_F(CliTest, TorchLoadsConvertedFiles) {
 // mapped into the process too, so this is stricter than the RssAnon contract; the converter never
 // touches tensor pages of its mapping (it copies with copy_file_range or pread).
 TEST_F(CliTest, ConvertMemoryStaysBounded) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
-#endif
-#endif
+  if (kUnderAddressSanitizer) {
+    GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
+  }
   constexpr int64_t kExperts = 64, kLayers = 4, kOut = 512, kIn = 512;  // F32: 1 MiB per expert
   std::vector<MoeModuleSpec> modules;
   for (int64_t l = 0; l < kLayers; ++l) {

@@ -48,13 +48,9 @@ class HostileFiles : public test_files::TempDirTest {
 // grow to 650 MB before refusing it, and a few MB of pickle could ask for tens of GB. Now every
 // amplifying pickle is refused with the process under 64 MiB + 16 x the pickle's size.
 TEST_F(HostileFiles, AmplifyingPicklesStayUnderTheMemoryBound) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
-#endif
-#endif
+  if (kUnderAddressSanitizer) {
+    GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
+  }
   for (const Amplifier& a : kAmplifiers) {
     for (size_t size : {size_t{136} << 10, size_t{4} << 20}) {
       const std::string pickle = a.make(size);
