@@ -23,15 +23,14 @@
 // nor one beside a stacked tensor of the wrong rank (a rank-3 P.weight whose P.bias has rank 1
 // is a convolution). Everything else is an ordinary entry and passes through.
 // The scan checks every candidate; the problems, each naming the module:
-//   missing indices, a tensor for some experts only, per-expert entries without the module's
-//   first tensor, a required tensor missing ..........................................
-//   PartialExpertSet one tensor both stacked and per-expert .....................................
-//   BothLayoutsPresent a tensor of the wrong rank, experts of different shapes, dims that disagree
-//   between the module's tensors (a bias not [out]), a stacked tensor with no experts or whose
-//   experts do not split into its parts
-//   ............................................................ ShapeMismatch experts (or parts)
-//   of one tensor in different dtypes ............................. DTypeMismatch a key that two
-//   rules claim ............................................................ RuleConflict
+//   missing indices, a tensor for some experts only, per-expert entries without the
+//   module's first tensor, a required tensor missing .................... PartialExpertSet
+//   one tensor both stacked and per-expert ............................ BothLayoutsPresent
+//   a tensor of the wrong rank, experts of different shapes, dims that disagree between
+//   the module's tensors (a bias not [out]), a stacked tensor with no experts or whose
+//   experts do not split into its parts ..................................... ShapeMismatch
+//   experts (or parts) of one tensor in different dtypes .................... DTypeMismatch
+//   a key that two rules claim ................................................ RuleConflict
 // plan_conversion with rules given explicitly also refuses a rule set that matches nothing
 // (RuleMatchedNothing).
 //
