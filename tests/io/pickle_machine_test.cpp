@@ -387,11 +387,11 @@ TEST(PickleMachine, AmplifyingPicklesAreRefusedWithinTheMemoryBudget) {
   // The reported file is refused for what it holds (a list, not a state dict): at 136 KB it is
   // far inside the budget now that its key is held once.
   expect_error(shared_key_dicts(136 << 10), ErrorCode::InvalidPickle, "the pickle holds a list");
-  // At 4 MiB, those that ask for more than memory_per_byte (16) bytes per byte of pickle pass
-  // the budget of 16 MiB + 64 MiB, and are refused the moment they do. The others are held
+  // At 2 MiB, those that ask for more than memory_per_byte (16) bytes per byte of pickle pass
+  // the budget of 16 MiB + 32 MiB, and are refused the moment they do. The others are held
   // within it and refused for what they hold.
   for (const Amplifier& a : kAmplifiers) {
-    const std::string p = a.make(4 << 20);
+    const std::string p = a.make(2 << 20);
     const std::string name = a.name;
     SCOPED_TRACE(name);
     if (name == "shared_key_dicts" || name == "rebuilt_tensors" || name == "aliased_entries") {

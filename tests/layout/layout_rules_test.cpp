@@ -157,7 +157,8 @@ TEST(LayoutRules, ExpertSlicesKeepOnlyTheirExperts) {
                   bytes_of(per_expert).at("model.layers.0.mlp.experts.1.down_proj.weight"));
       } else {
         const std::vector<std::byte>& down = got.at("model.layers.0.mlp.experts.down_proj");
-        const auto& all = bytes_of(fused).at("model.layers.0.mlp.experts.down_proj");
+        const auto fused_bytes = bytes_of(fused);
+        const std::vector<std::byte>& all = fused_bytes.at("model.layers.0.mlp.experts.down_proj");
         const size_t expert_bytes = 6 * 4 * 2;
         ASSERT_EQ(down.size(), 2 * expert_bytes);
         EXPECT_TRUE(std::equal(down.begin(), down.end(), all.begin() + expert_bytes));

@@ -52,7 +52,7 @@ TEST_F(HostileFiles, AmplifyingPicklesStayUnderTheMemoryBound) {
     GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
   }
   for (const Amplifier& a : kAmplifiers) {
-    for (size_t size : {size_t{136} << 10, size_t{4} << 20}) {
+    for (size_t size : {size_t{136} << 10, size_t{2} << 20}) {
       const std::string pickle = a.make(size);
       const std::string file = path(std::string(a.name) + ".pt");
       std::ofstream(file, std::ios::binary) << pt_archive(pickle);
