@@ -147,6 +147,7 @@ void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
   std::vector<ExpertBlock> blocks;
   for (size_t e = 0; e < m_splits.size(); ++e) {
     args.weights.push_back(matrix(weights[e]));
+    args.expert_rows.push_back(m_splits[e]);
     blocks.push_back({first[e], m_splits[e], dx.dim(1), dy.dim(1),
                       static_cast<double>(bytes_of(weights[e])),
                       m_splits[e] <= kDirectMaxRows ? kDgradDirectTile : kDgradTile});

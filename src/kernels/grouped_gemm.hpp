@@ -8,14 +8,16 @@
 // How: each call plans tiles from the shapes and m_splits alone (gemm_plan.hpp), orders them
 // largest-first, and runs them on a fixed pool of threads (thread_pool.hpp, GROUPLIN_NUM_THREADS)
 // that take tiles from one atomic counter; one tile is one output block of one expert, computed
-// by the loops in tile_compute.hpp on the micro-kernels in micro_kernels.hpp (AVX2+FMA, or
-// portable loops on other CPUs). Plans that cost less than a few tens of microseconds run on the
-// calling thread alone. The calling thread keeps its scratch (about 1 MiB per worker) from call
-// to call.
+// by the loops in tile_compute.hpp on the micro-kernels in micro_kernels.hpp (portable, AVX2+FMA,
+// AVX-512F, AVX512-BF16 or AMX-BF16: the CPU's best, capped by GROUPLIN_ISA). Plans that cost less
+// than a few tens of microseconds run on the calling thread alone. The calling thread keeps its
+// scratch (about 1 MiB per worker) from call to call.
 //
 // Data tensors (x, y, dy, dx) are [T, features] in the params dtype (F32 or BF16); expert
-// tensors are per-expert views in any storage. All arithmetic is F32 with F32 accumulation;
-// BF16 operands are widened exactly and results rounded to nearest even once at the end.
+// tensors are per-expert views in any storage. All accumulation is F32, and F32 operands are never
+// narrowed; BF16 operands are widened exactly (or, for BF16 x BF16 forward and dgrad products on
+// the AVX512-BF16 and AMX sets, multiplied as BF16 pairs into F32 sums: tile_compute.hpp,
+// forward_pairs) and results rounded to nearest even once at the end.
 //
 // Determinism guarantee. On one machine (one set of micro-kernels), the bits of every result
 // depend only on the input values, the shapes and m_splits: never on the thread count, the
@@ -26,7 +28,8 @@
 // the weights' dtype, see forward_chain in tile_compute.hpp), dgrad over out_features in order,
 // wgrad and bgrad over the expert's rows in order. The tiling only decides which
 // thread computes an element, not how. Accumulated weight gradients are old + fresh, one F32
-// addition per element. The portable micro-kernels (CPUs without AVX2+FMA) round differently.
+// addition per element. The AVX-512 sets give the AVX2 set's F32 bits (and its bits for BF16
+// wherever they widen); their pair kernels, and the portable micro-kernels, round differently.
 #pragma once
 
 #include <cstdint>

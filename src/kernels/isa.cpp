@@ -110,9 +110,7 @@ Isa kernel_isa() {
   static const Isa isa = [] {
     const Isa cap = isa_cap_from_environment(std::getenv(kIsaEnv));
     const Isa cpu = best_isa(detect_cpu());
-    const Isa implemented = Isa::Avx2;  // the most capable kernel set built today
     Isa chosen = cpu < cap ? cpu : cap;
-    if (chosen > implemented) chosen = implemented;
 #if !defined(__x86_64__)
     chosen = Isa::Portable;
 #endif

@@ -38,9 +38,11 @@ std::optional<Isa> isa_from_name(std::string_view name);
 // naming the variable, the value and the accepted names.
 Isa isa_cap_from_environment(const char* value);
 
-// The kernels' instruction set: the most capable set that is implemented, that the CPU offers and
-// that GROUPLIN_ISA allows. GroupLin implements portable and avx2 kernels today; AVX-512 and AMX
-// are detected and reported but run the avx2 kernels. Decided once per process.
+// The kernels' instruction set: the most capable set that the CPU and the OS offer and that
+// GROUPLIN_ISA allows; portable in builds for other architectures than x86-64. Every level has
+// its kernel set (micro_kernels.hpp): avx512 runs F32 (and BF16 widened to F32) on AVX-512F,
+// avx512bf16 adds vdpbf16ps for BF16 x BF16 products, amx runs those on the AMX tiles. F32 stays
+// F32 on every level. Decided once per process.
 Isa kernel_isa();
 // "avx2 fma avx512f ..." and any refusal: what detect_cpu found, for reports.
 std::string describe(const CpuFeatures& f);

@@ -1,6 +1,7 @@
 #include "kernels/micro_kernels.hpp"
 
 #include "kernels/isa.hpp"
+#include "kernels/micro_kernels_x86.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -69,6 +70,24 @@ void outer_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_
   outer_tile_any(mr, nr, kc, a, a_row, a_step, b, true, ldb, c, ldc, accumulate);
 }
 
+void outer_strips_portable(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                           int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                           int64_t ldc, bool accumulate) {
+  for (int s = 0; s < strips; ++s) {
+    outer_tile_any(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, false, ldb,
+                   c + s * kOuterCols, ldc, accumulate);
+  }
+}
+
+void outer_strips_bf16_portable(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                                int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
+                                float* c, int64_t ldc, bool accumulate) {
+  for (int s = 0; s < strips; ++s) {
+    outer_tile_any(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, true, ldb,
+                   c + s * kOuterCols, ldc, accumulate);
+  }
+}
+
 void fma_rows_any(int64_t rows, int64_t depth, const float* a, int64_t lda, const void* b,
                   bool bf16, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -129,6 +148,12 @@ constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
                                     .dot_tile_bf16 = dot_tile_bf16_portable,
                                     .outer_tile = outer_tile_portable,
                                     .outer_tile_bf16 = outer_tile_bf16_portable,
+                                    .outer_strips = outer_strips_portable,
+                                    .outer_strips_bf16 = outer_strips_bf16_portable,
+                                    .max_strips = 1,
+                                    .pair_tile = nullptr,
+                                    .pair_rows = 0,
+                                    .pair_strips = 0,
                                     .fma_rows = fma_rows_portable,
                                     .fma_rows_bf16 = fma_rows_bf16_portable,
                                     .add_rows = add_rows_portable,
@@ -319,6 +344,26 @@ void outer_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t a_
                           const uint16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const bool packed = a_row == 1 && a_step == kOuterRows;
   outer_table<true>(nr, packed)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
+}
+
+// One 6 x 16 register tile at a time: 12 of the 16 ymm registers hold its sums, so wider tiles
+// would spill.
+void outer_strips_avx2(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                       int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                       int64_t ldc, bool accumulate) {
+  for (int s = 0; s < strips; ++s) {
+    outer_tile_avx2(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, ldb, c + s * kOuterCols,
+                    ldc, accumulate);
+  }
+}
+
+void outer_strips_bf16_avx2(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                            int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
+                            float* c, int64_t ldc, bool accumulate) {
+  for (int s = 0; s < strips; ++s) {
+    outer_tile_bf16_avx2(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, ldb,
+                         c + s * kOuterCols, ldc, accumulate);
+  }
 }
 
 // c[r] += a(r, p) * b[p] over 8-column vectors, b F32 or (kBf16) BF16 bits widened in registers;
@@ -558,6 +603,12 @@ constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
                                 .dot_tile_bf16 = dot_tile_bf16_avx2,
                                 .outer_tile = outer_tile_avx2,
                                 .outer_tile_bf16 = outer_tile_bf16_avx2,
+                                .outer_strips = outer_strips_avx2,
+                                .outer_strips_bf16 = outer_strips_bf16_avx2,
+                                .max_strips = 1,
+                                .pair_tile = nullptr,
+                                .pair_rows = 0,
+                                .pair_strips = 0,
                                 .fma_rows = fma_rows_avx2,
                                 .fma_rows_bf16 = fma_rows_bf16_avx2,
                                 .add_rows = add_rows_avx2,
@@ -568,11 +619,40 @@ constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
                                 .stream_bf16 = stream_bf16_avx2,
                                 .name = "avx2+fma"};
 
+// The AVX-512 sets: the AVX2 set with the arithmetic the wider registers speed up replaced (the
+// data movement and the memory-bound dot tiles stay AVX2's).
+struct X86Sets {
+  MicroKernels avx512, avx512bf16, amx;
+};
+const X86Sets& x86_sets() {
+  static const X86Sets sets = [] {
+    X86Sets s{kAvx2, kAvx2, kAvx2};
+    native::add_avx512(s.avx512);
+    s.avx512bf16 = s.avx512;
+    native::add_avx512bf16(s.avx512bf16);
+    s.amx = s.avx512bf16;
+    native::add_amx(s.amx);
+    return s;
+  }();
+  return sets;
+}
+
 #endif  // defined(__x86_64__)
 
 const MicroKernels* best_for_cpu() {
 #if defined(__x86_64__)
-  if (kernel_isa() >= Isa::Avx2) return &kAvx2;
+  switch (kernel_isa()) {
+    case Isa::Amx:
+      return &x86_sets().amx;
+    case Isa::Avx512Bf16:
+      return &x86_sets().avx512bf16;
+    case Isa::Avx512:
+      return &x86_sets().avx512;
+    case Isa::Avx2:
+      return &kAvx2;
+    case Isa::Portable:
+      break;
+  }
 #endif
   return &kPortable;
 }
@@ -589,6 +669,17 @@ const MicroKernels& micro_kernels() {
 
 void force_portable_kernels(bool portable) {
   g_forced.store(portable ? &kPortable : nullptr, std::memory_order_relaxed);
+}
+
+void force_kernels(const MicroKernels* set) { g_forced.store(set, std::memory_order_relaxed); }
+
+const MicroKernels& portable_kernels() { return kPortable; }
+
+const MicroKernels* avx2_kernels() {
+#if defined(__x86_64__)
+  if (best_isa(detect_cpu()) >= Isa::Avx2) return &kAvx2;
+#endif
+  return nullptr;
 }
 
 }  // namespace grouplin::kernels

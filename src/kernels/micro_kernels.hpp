@@ -1,15 +1,19 @@
-// The innermost loops of the grouped GEMM kernels, selected once from the CPU's features:
-// AVX2+FMA versions where the CPU has them (x86-64 builds), portable loops elsewhere (other
-// x86-64 CPUs, and every CPU of other architectures, where the AVX2 code is not compiled).
+// The innermost loops of the grouped GEMM kernels, one set per instruction set, selected once from
+// the CPU's features (kernel_isa() in isa.hpp): portable loops (any CPU; the only set in builds for
+// other architectures), AVX2+FMA, AVX-512F, AVX512-BF16 and AMX-BF16 (x86-64 builds; one file per
+// instruction set: micro_kernels.cpp holds the portable and AVX2 sets and this dispatch point,
+// micro_kernels_avx512.cpp, micro_kernels_avx512bf16.cpp and micro_kernels_amx.cpp the others).
 //
 //   const MicroKernels& mk = micro_kernels();
 //   mk.dot_tile(4, 3, kc, x, ldx, w, ldw, c, ldc);     // c[i][j] += x_i · w_j over kc
 //   mk.outer_tile(6, 16, kc, a_panel, 1, 6, b_panel, 16, c, ldc, true);  // c[6][16] += A · B
 //
 // Each function computes an output element with the same operations in the same order wherever
-// the element lies in a tile, so the tiling never changes results. Both sets give results within
-// rounding of each other, but only one set runs in a process (force_portable_kernels switches,
-// for tests).
+// the element lies in a tile, so the tiling never changes results. The F32 arithmetic of the
+// AVX-512 sets is that of the AVX2 set, bit for bit (the same fused multiply-add chains, 16 lanes
+// wide); the portable set rounds differently. BF16 x BF16 products run on the AVX512-BF16 and
+// AMX sets' pair kernels (pair_tile), which sum in their own order. Only one set runs in a
+// process (force_kernels switches, for tests).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,11 @@ inline constexpr int kOuterRows = 6;
 inline constexpr int kOuterCols = 16;
 inline constexpr int kDotRows = 4;
 inline constexpr int kDotCols = 3;
+// The most 16-column strips an outer_strips or pair_tile call takes, in any set.
+inline constexpr int kMaxStrips = 4;
+// Pair panels (pair_tile's B) hold their pair rows in groups of kPairGroup, zero-padded: AMX
+// multiplies 16 pairs (32 BF16 values of depth) per tile operation.
+inline constexpr int64_t kPairGroup = 16;
 
 struct MicroKernels {
   // c[i * ldc + j] += sum over k < kc of a[i * lda + k] * b[j * ldb + k], for i < mr, j < nr.
@@ -47,6 +56,35 @@ struct MicroKernels {
   // outer_tile on the widened values).
   void (*outer_tile_bf16)(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
                           const uint16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+  // outer_tile(mr, 16, ...) on `strips` adjacent 16-column strips at once, strip s reading B from
+  // b + s * b_strip and writing c + 16 s: the bits of `strips` outer_tile calls, with the
+  // register tile of the set (AVX-512: 6 rows x 4 strips, 24 of the 32 zmm registers).
+  // Requires: 1 <= mr <= kOuterRows, 1 <= strips <= max_strips.
+  void (*outer_strips)(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                       int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                       int64_t ldc, bool accumulate);
+  // outer_strips with b given as BF16 bits read in place, widened in registers.
+  void (*outer_strips_bf16)(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                            int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
+                            float* c, int64_t ldc, bool accumulate);
+  // The most strips outer_strips computes in one register tile (1: it loops over outer_tile).
+  int max_strips;
+
+  // BF16 x BF16 products (null in sets without them: portable, AVX2, AVX-512F, which widen BF16
+  // operands to F32). c[i * ldc + j] (+)= sum over p < kc of A(i, p) * B(p, j), for i < mr and j <
+  // 16 * strips, with A(i, p) = BF16 a[i * lda + p] read in place (nothing at or past a[i * lda +
+  // kc] is read) and B pair-packed (pack_pairs in packing.hpp): strip s at b + s * b_strip holds,
+  // for each pair row q (depth 2q, 2q + 1), 16 dwords, column j's two BF16 values (low half: depth
+  // 2q). Starts from c's value when `accumulate`, else from +0. AVX512-BF16: one vdpbf16ps chain
+  // over the pair rows in order per element; AMX: one tile multiply per kPairGroup pair rows. Both
+  // flush denormal inputs and results to zero (the instructions do). The chain depends only on kc,
+  // so splitting the depth into blocks of a multiple of 2 * kPairGroup gives the same bits.
+  // Requires: 1 <= mr <= pair_rows, 1 <= strips <= pair_strips, kc >= 1; c has room for mr rows
+  // of 16 * strips floats.
+  void (*pair_tile)(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
+                    const uint32_t* b, int64_t b_strip, float* c, int64_t ldc, bool accumulate);
+  int pair_rows;    // the most rows of one pair_tile call (0 without pair kernels)
+  int pair_strips;  // the most strips of one pair_tile call
 
   // c[r * ldc + j] += sum over p < depth of a[r * lda + p] * b[p * ldb + j], for r < rows,
   // j < cols: the same chain of fused multiply-adds in p order as outer_tile, without packing.
@@ -88,14 +126,22 @@ struct MicroKernels {
   // the ragged ends): for outputs written once and not read back soon. The caller fences.
   void (*stream_bf16)(const float* src, uint16_t* dst, int64_t n);
 
-  const char* name;  // "avx2+fma" or "portable"
+  const char* name;  // "portable", "avx2+fma", "avx512f", "avx512bf16" or "amx-bf16"
 };
 
-// The set for this CPU (or the portable one after force_portable_kernels(true)).
+// The set for this CPU and GROUPLIN_ISA (or the one force_kernels chose).
 const MicroKernels& micro_kernels();
 
 // Makes micro_kernels() return the portable set (true) or the CPU's best (false). For tests;
 // not thread-safe with running kernels.
 void force_portable_kernels(bool portable);
+// Makes micro_kernels() return `set` (nullptr: the CPU's best again); `set` must outlive its use.
+// For tests (the emulated AVX-512 and AMX sets); not thread-safe with running kernels.
+void force_kernels(const MicroKernels* set);
+
+// The portable and AVX2+FMA sets (nullptr where the AVX2 code is not compiled, or the CPU lacks
+// AVX2+FMA), whatever micro_kernels() returns: the bases the other sets are built on.
+const MicroKernels& portable_kernels();
+const MicroKernels* avx2_kernels();
 
 }  // namespace grouplin::kernels

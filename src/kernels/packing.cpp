@@ -185,4 +185,43 @@ void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
   }
 }
 
+int64_t pair_panel_dwords(int64_t kc) {
+  const int64_t pairs = (kc + 1) / 2;
+  return (pairs + kPairGroup - 1) / kPairGroup * kPairGroup * kOuterCols;
+}
+
+// Column by column: each source row's pairs are read in order (one stream) and written 64 bytes
+// apart, into one panel.
+void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
+                           uint32_t* bp) {
+  const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
+  const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
+  std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
+  for (int64_t j = 0; j < cols; ++j) {
+    const auto* row = reinterpret_cast<const uint16_t*>(element(m, c0 + j, k0));
+    uint32_t* dst = bp + j / kOuterCols * dwords + j % kOuterCols;
+    for (int64_t r = 0; r < kc / 2; ++r) {
+      uint32_t pair;
+      std::memcpy(&pair, row + 2 * r, sizeof pair);
+      dst[r * kOuterCols] = pair;
+    }
+    if (kc % 2 != 0) dst[(pairs - 1) * kOuterCols] = row[kc - 1];
+  }
+}
+
+void pack_pairs_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols,
+                     uint32_t* bp) {
+  const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
+  const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
+  std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
+  for (int64_t r = 0; r < pairs; ++r) {
+    const auto* even = reinterpret_cast<const uint16_t*>(element(m, r0 + 2 * r, c0));
+    const uint16_t* odd = 2 * r + 1 < kc ? even + m.ld : nullptr;
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint32_t high = odd != nullptr ? uint32_t{odd[j]} << 16 : 0;
+      bp[j / kOuterCols * dwords + r * kOuterCols + j % kOuterCols] = even[j] | high;
+    }
+  }
+}
+
 }  // namespace grouplin::kernels

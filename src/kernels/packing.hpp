@@ -72,4 +72,17 @@ void pack_a_cols_of(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int6
 // unpacked wgrad path).
 void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows, float* a);
 
+// Pair panels (pair_tile's B, micro_kernels.hpp), BF16 bits kept: panel q holds columns
+// 16q..16q+15 as pair_panel_dwords(kc) dwords, pair row r (depths 2r, 2r + 1) at dword r * 16 +
+// column, the lower depth in the low half. Columns past `cols`, the high half of a last odd
+// depth, and the pair rows that round the count up to a multiple of kPairGroup are zero.
+// Requires: m BF16.
+int64_t pair_panel_dwords(int64_t kc);
+// B(p, j) = m(c0 + j, k0 + p): rows of m transposed (forward's W).
+void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
+                           uint32_t* bp);
+// B(p, j) = m(r0 + p, c0 + j): rows of m, two interleaved per pair row (dgrad's W).
+void pack_pairs_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols,
+                     uint32_t* bp);
+
 }  // namespace grouplin::kernels

@@ -145,42 +145,52 @@ struct BBlock {
 };
 
 // c[rows x cols] (ldc) += A · B over kc, A packed as RowPanels(rows) (panel i at i * 6 * kc).
-// Micro-tiles with fewer than 16 columns (packed B only) run on a zero-padded local copy, so
-// nothing outside the tile is touched (the output may be the caller's tensor, with other threads
-// writing next to it).
+// Full 16-column strips go through outer_strips, up to the set's max_strips at once (the AVX2 set
+// takes one: the loop order of one strip against every row panel, its B strip in L1); a last
+// strip with fewer than 16 columns (packed B only) runs on a zero-padded local copy, so nothing
+// outside the tile is touched (the output may be the caller's tensor, with other threads writing
+// next to it).
 void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const BBlock& b, float* c,
                  int64_t ldc, bool accumulate, Prefetcher& prefetch) {
   const MicroKernels& mk = micro_kernels();
   const bool packed = b.packed;
   const RowPanels panels(rows);
-  for (int64_t j = 0; j < cols; j += kOuterCols) {
+  const int64_t full_strips = cols / kOuterCols;
+  const int64_t b_strip = packed ? kOuterCols * kc : kOuterCols;
+  for (int64_t s0 = 0; s0 < full_strips; s0 += mk.max_strips) {
+    const int ns = static_cast<int>(std::min<int64_t>(mk.max_strips, full_strips - s0));
+    const int64_t j = s0 * kOuterCols;
     const int64_t b_offset = packed ? j * kc : j;
     for (int64_t q = 0; q < panels.count; ++q) {
       const float* a = ap + q * kOuterRows * kc;
       const int64_t i = panels.start(q);
       const int h = panels.height(q);
-      prefetch.step();
+      for (int n = 0; n < ns; ++n) prefetch.step();
       if (b.bf16) {
-        mk.outer_tile_bf16(h, kOuterCols, kc, a, 1, kOuterRows,
-                           static_cast<const uint16_t*>(b.b) + b_offset, b.ldb, c + i * ldc + j,
-                           ldc, accumulate);
-        continue;
+        mk.outer_strips_bf16(h, ns, kc, a, 1, kOuterRows,
+                             static_cast<const uint16_t*>(b.b) + b_offset, b.ldb, b_strip,
+                             c + i * ldc + j, ldc, accumulate);
+      } else {
+        mk.outer_strips(h, ns, kc, a, 1, kOuterRows, static_cast<const float*>(b.b) + b_offset,
+                        b.ldb, b_strip, c + i * ldc + j, ldc, accumulate);
       }
-      const float* bj = static_cast<const float*>(b.b) + b_offset;
-      if (j + kOuterCols <= cols) {
-        mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, b.ldb, c + i * ldc + j, ldc,
-                      accumulate);
-        continue;
-      }
-      const int64_t w = cols - j;
-      alignas(32) float local[kOuterRows * kOuterCols] = {};
-      if (accumulate) {
-        for (int64_t r = 0; r < h; ++r)
-          std::copy_n(c + (i + r) * ldc + j, w, local + r * kOuterCols);
-      }
-      mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, b.ldb, local, kOuterCols, accumulate);
-      for (int64_t r = 0; r < h; ++r) std::copy_n(local + r * kOuterCols, w, c + (i + r) * ldc + j);
     }
+  }
+  const int64_t j = full_strips * kOuterCols;
+  if (j == cols) return;
+  const float* bj = static_cast<const float*>(b.b) + (packed ? j * kc : j);
+  const int64_t w = cols - j;
+  for (int64_t q = 0; q < panels.count; ++q) {
+    const float* a = ap + q * kOuterRows * kc;
+    const int64_t i = panels.start(q);
+    const int h = panels.height(q);
+    prefetch.step();
+    alignas(64) float local[kOuterRows * kOuterCols] = {};
+    if (accumulate) {
+      for (int64_t r = 0; r < h; ++r) std::copy_n(c + (i + r) * ldc + j, w, local + r * kOuterCols);
+    }
+    mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, b.ldb, local, kOuterCols, accumulate);
+    for (int64_t r = 0; r < h; ++r) std::copy_n(local + r * kOuterCols, w, c + (i + r) * ldc + j);
   }
 }
 
@@ -208,6 +218,34 @@ void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t 
       for (int64_t q = 0; q < panels.count; ++q)
         pack_a(i0 + panels.start(q), panels.height(q), p0, kc, s.a + q * kOuterRows * kc);
       outer_tiles(mc, cols, kc, s.a, b, c + i0 * ldc, ldc, p0 > 0, prefetch);
+    }
+  }
+}
+
+// c[rows x cols] (ldc: cols rounded up to 16, scratch) = A · B over `depth` on the pair kernels:
+// A is BF16 rows of `a` from row a_row0 read in place, B packed per depth block of kOuterDepth
+// into pair panels by pack_b(p0, kc, panels). Strip groups outside, row groups inside: a group's
+// B panels (AVX512-BF16: 4 strips, 32 KiB at kc = 256) stay in L1 while every row group of the
+// tile passes over them. Whole 16-column strips are computed (the panels are zero-padded), which
+// the scratch's padded rows have room for.
+template <class PackB>
+void pair_product(int64_t rows, int64_t cols, int64_t depth, const MatrixRef& a, int64_t a_row0,
+                  float* c, int64_t ldc, const Scratch& s, const PackB& pack_b) {
+  const MicroKernels& mk = micro_kernels();
+  auto* panels = reinterpret_cast<uint32_t*>(s.b);
+  const int64_t strips = (cols + kOuterCols - 1) / kOuterCols;
+  for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
+    const int64_t kc = std::min(kOuterDepth, depth - p0);
+    const int64_t b_strip = pair_panel_dwords(kc);
+    pack_b(p0, kc, panels);
+    for (int64_t j = 0; j < strips; j += mk.pair_strips) {
+      const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
+      for (int64_t i = 0; i < rows; i += mk.pair_rows) {
+        const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
+        const auto* ai = reinterpret_cast<const uint16_t*>(element(a, a_row0 + i, p0));
+        mk.pair_tile(h, ns, kc, ai, a.ld, panels + j * b_strip, b_strip,
+                     c + i * ldc + j * kOuterCols, ldc, p0 > 0);
+      }
     }
   }
 }
@@ -315,13 +353,20 @@ void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile
         a = bs.w;
         lda = kc;
       }
-      for (int64_t q = 0; q < ldct; q += kOuterCols) {
+      // Panels of x holding more than 8 rows go through outer_strips, up to max_strips at once;
+      // a last panel with at most 8 rows computes only those lanes (the rest of ct is never
+      // read).
+      const int64_t full = (panel_rows + 7) / kOuterCols;
+      for (int64_t q = 0; q < full; q += mk.max_strips) {
+        const int ns = static_cast<int>(std::min<int64_t>(mk.max_strips, full - q));
+        for (int i = 0; i < ns; ++i) prefetch.step();
+        mk.outer_strips(h, ns, kc, a, lda, 1, s.b + q * kOuterCols * kc, kOuterCols,
+                        kOuterCols * kc, ct + n * ldct + q * kOuterCols, ldct, k0 > 0);
+      }
+      if (full * kOuterCols < ldct) {
         prefetch.step();
-        // A last panel with at most 8 rows of x computes only those lanes (the rest of ct is
-        // never read).
-        const int nr = panel_rows - q <= 8 ? 8 : kOuterCols;
-        mk.outer_tile(h, nr, kc, a, lda, 1, s.b + q * kc, kOuterCols, ct + n * ldct + q, ldct,
-                      k0 > 0);
+        mk.outer_tile(h, 8, kc, a, lda, 1, s.b + full * kOuterCols * kc, kOuterCols,
+                      ct + n * ldct + full * kOuterCols, ldct, k0 > 0);
       }
       for (int64_t j = 0; j < h; j += kDotCols) {
         const int nr = static_cast<int>(std::min<int64_t>(kDotCols, h - j));
@@ -372,6 +417,19 @@ void store_rows(const Accumulator& acc, const Tile& t, const MutableMatrixRef& o
   if (stream) stream_fence();
 }
 
+// y = the tile's sums + the bias (one F32 addition per element), rounded for BF16.
+void add_bias_and_store(const ForwardArgs& args, const Tile& t, const Accumulator& acc,
+                        const Scratch& s) {
+  if (!args.biases.empty()) {
+    load_f32(args.biases[static_cast<size_t>(t.expert)], 0, t.col0, t.cols, s.row);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      float* c = acc.c + r * acc.ldc;
+      for (int64_t j = 0; j < t.cols; ++j) c[j] += s.row[j];
+    }
+  }
+  store_rows(acc, t, args.y, t.row0, t.col0);
+}
+
 // What each operation's tile streams first, for prefetching it from the tile before.
 Region forward_first(const ForwardArgs& args, const Tile* t) {
   if (t == nullptr) return {};
@@ -419,9 +477,10 @@ void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const 
     const int h = panels.height(q);
     pack_a_cols_of(args.dy, first, kc, t.row0 + i, h, s.a);
     prefetch.step();
-    for (int64_t j = 0; j < strips; ++j) {
-      mk.outer_tile(h, kOuterCols, kc, s.a, 1, kOuterRows, s.b + j * kOuterCols * kc, kOuterCols,
-                    s.c + j * kOuterCols, s.ldc, false);
+    for (int64_t j = 0; j < strips; j += mk.max_strips) {
+      const int ns = static_cast<int>(std::min<int64_t>(mk.max_strips, strips - j));
+      mk.outer_strips(h, ns, kc, s.a, 1, kOuterRows, s.b + j * kOuterCols * kc, kOuterCols,
+                      kOuterCols * kc, s.c + j * kOuterCols, s.ldc, false);
     }
     for (int64_t r = 0; r < h; ++r) {
       float* c = s.c + r * s.ldc;
@@ -443,6 +502,16 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const MatrixRef& w = args.weights[e];
   const Scratch s = split(t, scratch);
   const int64_t m = args.expert_rows[e];
+  const bool bf16_operands = w.dtype == DType::BF16 && args.x.dtype == DType::BF16;
+  if (forward_pairs(m, bf16_operands, micro_kernels().pair_tile != nullptr)) {
+    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+    pair_product(t.rows, t.cols, args.in_features, args.x, t.row0, acc.c, acc.ldc, s,
+                 [&](int64_t k0, int64_t kc, uint32_t* b) {
+                   pack_pairs_transposed(w, k0, kc, t.col0, t.cols, b);
+                 });
+    add_bias_and_store(args, t, acc, s);
+    return;
+  }
   if (forward_broadcasts(m, w.dtype == DType::BF16)) {
     // The tile's rows before the expert's dot rows go through 16-lane panels into
     // ct[col][row] (scratch), the rest through dot tiles.
@@ -470,14 +539,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
         [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
         forward_first(args, next));
   }
-  if (!args.biases.empty()) {
-    load_f32(args.biases[e], 0, t.col0, t.cols, s.row);
-    for (int64_t r = 0; r < t.rows; ++r) {
-      float* c = acc.c + r * acc.ldc;
-      for (int64_t j = 0; j < t.cols; ++j) c[j] += s.row[j];
-    }
-  }
-  store_rows(acc, t, args.y, t.row0, t.col0);
+  add_bias_and_store(args, t, acc, s);
 }
 
 // Few rows: W streams once through fma_rows, unpacked (packing would cost as much as the
@@ -485,6 +547,17 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
 void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
   const MatrixRef& w = args.weights[static_cast<size_t>(t.expert)];
   const Scratch s = split(t, scratch);
+  const bool bf16_operands = w.dtype == DType::BF16 && args.dy.dtype == DType::BF16;
+  if (dgrad_pairs(args.expert_rows[static_cast<size_t>(t.expert)], bf16_operands,
+                  micro_kernels().pair_tile != nullptr)) {
+    const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
+    pair_product(t.rows, t.cols, args.out_features, args.dy, t.row0, acc.c, acc.ldc, s,
+                 [&](int64_t p0, int64_t kc, uint32_t* b) {
+                   pack_pairs_rows(w, p0, kc, t.col0, t.cols, b);
+                 });
+    store_rows(acc, t, args.dx, t.row0, t.col0);
+    return;
+  }
   const bool direct = t.rows <= kDirectMaxRows;
   const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, direct, t, s);
   if (direct) {

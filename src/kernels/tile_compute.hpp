@@ -93,13 +93,29 @@ inline constexpr int64_t kInPlaceMaxRowsBf16 = 96;
 inline constexpr int64_t kDirectMaxRows = 4;
 inline constexpr int64_t kDirectMaxDepth = 4;
 
+// BF16 x BF16 products (x or dy and the weights all BF16) on a kernel set with pair kernels
+// (AVX512-BF16, AMX: MicroKernels::pair_tile) run on them, the operands kept BF16, in depth blocks
+// of kOuterDepth (a multiple of 2 * kPairGroup, so that blocking never splits a pair group):
+// forward for experts with more rows than forward_dots takes, dgrad for experts with more than
+// kDirectMaxRows rows (the fewer-row paths are memory-bound and stay widened). Decided by the
+// expert's row count, never the tile's, so the tiling does not change which chain a row gets.
+// Not measured (no AVX512-BF16 or AMX machine so far): where the row count should switch.
+inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
+  return pair_kernels && bf16_operands && !forward_dots(rows, true);
+}
+inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
+  return pair_kernels && bf16_operands && rows > kDirectMaxRows;
+}
+
 // How forward sums row r (counted within its expert) of an expert of `rows` rows: one chain of
 // fused multiply-adds over in_features in order (the broadcast and packed paths: the same bits),
-// dot tiles in kDotDepth blocks (experts with few rows), or dot tiles in kBroadcastDepth blocks
-// (an expert's last few rows in the broadcast path). The choice depends on the weights' dtype, so
-// a BF16 forward matches the F32 forward on the widened values, rounded, where both use one chain.
-enum class ForwardChain { kFma, kDot, kDotTail };
-inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16) {
+// dot tiles in kDotDepth blocks (experts with few rows), dot tiles in kBroadcastDepth blocks
+// (an expert's last few rows in the broadcast path), or the pair kernels' chain (BF16 x BF16 on a
+// set with pair kernels: `pair_kernels`). The choice depends on the weights' dtype, so a BF16
+// forward matches the F32 forward on the widened values, rounded, where both use one FMA chain.
+enum class ForwardChain { kFma, kDot, kDotTail, kPairs };
+inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16, bool pair_kernels) {
+  if (forward_pairs(rows, bf16, pair_kernels)) return ForwardChain::kPairs;
   if (forward_dots(rows, bf16)) return ForwardChain::kDot;
   if (forward_broadcasts(rows, bf16) && r >= forward_dot_tail_start(rows)) {
     return ForwardChain::kDotTail;
@@ -128,9 +144,10 @@ void forward_tile(const ForwardArgs& args, const Tile& tile, const Tile* next, f
 
 // dx = dy · W_e: tile rows are rows of dy and dx, columns input features.
 struct DgradArgs {
-  MatrixRef dy;                    // [T, out]
-  std::vector<MatrixRef> weights;  // per expert [out, in]
-  MutableMatrixRef dx;             // [T, in]
+  MatrixRef dy;                      // [T, out]
+  std::vector<MatrixRef> weights;    // per expert [out, in]
+  std::vector<int64_t> expert_rows;  // m_splits
+  MutableMatrixRef dx;               // [T, in]
   int64_t out_features = 0;
 };
 void dgrad_tile(const DgradArgs& args, const Tile& tile, const Tile* next, float* scratch);

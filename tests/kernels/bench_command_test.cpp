@@ -55,6 +55,28 @@ TEST(BenchCommandTest, TinyRunPrintsResultsAndGoalsAsJson) {
     EXPECT_EQ(r.contains("dense_gflops"), r["op"] == "forward");
   }
   EXPECT_EQ(j["goals"].size(), 5u);
+  // Each figure as a fraction of its path's peak (cores x clock x FLOP per cycle), where the
+  // clock is known: vs_peak is grouplin_gflops over that peak; bgrad (additions) has none.
+  const auto& peak = j["peak"];
+  EXPECT_EQ(peak["cores"], 2);
+  const std::string kernels = j["kernels"];
+  const int f32_flop = kernels == "portable" ? 0 : kernels == "avx2+fma" ? 32 : 64;
+  EXPECT_EQ(peak["f32_flop_per_cycle"], f32_flop);
+  EXPECT_EQ(peak["bf16_flop_per_cycle"], kernels == "amx-bf16"     ? 1024
+                                         : kernels == "avx512bf16" ? 128
+                                                                   : f32_flop);
+  for (const auto& r : j["results"]) {
+    for (const char* dt : {"f32", "bf16"}) {
+      const double peak_gflops = peak[std::string(dt) + "_gflops"].get<double>();
+      if (r["op"] == "bgrad" || peak_gflops <= 0) {
+        EXPECT_FALSE(r[dt].contains("vs_peak")) << dt;
+        continue;
+      }
+      EXPECT_NEAR(r[dt]["vs_peak"].get<double>(),
+                  r[dt]["grouplin_gflops"].get<double>() / peak_gflops, 1e-9)
+          << dt;
+    }
+  }
 }
 
 }  // namespace

@@ -8,12 +8,14 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "grouplin/dtype.hpp"
+#include "kernels/isa.hpp"
 
 namespace grouplin::kernels {
 namespace {
@@ -41,18 +43,40 @@ class MicroKernelsTest : public ::testing::Test {
   }
 };
 
-// The dispatch: AVX2+FMA where an x86-64 CPU has both, the portable loops on other CPUs and in
-// builds for other architectures (where the AVX2 code is compiled out), so that a guard that
-// drops the fast set from x86-64 builds by mistake fails here.
-TEST_F(MicroKernelsTest, PicksAvx2OnlyOnX86CpusThatHaveIt) {
+// The dispatch: the set of kernel_isa()'s level on x86-64 CPUs (AVX2+FMA where the CPU has both
+// and no more, ...), the portable loops on other CPUs and in builds for other architectures (where
+// the x86 code is compiled out), so that a guard that drops a fast set from x86-64 builds by
+// mistake fails here.
+TEST_F(MicroKernelsTest, PicksTheSetOfTheChosenInstructionSet) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
   const bool avx2 = false;
 #endif
-  EXPECT_STREQ(micro_kernels().name, avx2 ? "avx2+fma" : "portable");
+  const char* want = "portable";
+  switch (kernel_isa()) {
+    case Isa::Portable:
+      break;
+    case Isa::Avx2:
+      want = "avx2+fma";
+      break;
+    case Isa::Avx512:
+      want = "avx512f";
+      break;
+    case Isa::Avx512Bf16:
+      want = "avx512bf16";
+      break;
+    case Isa::Amx:
+      want = "amx-bf16";
+      break;
+  }
+  if (avx2 && std::getenv("GROUPLIN_ISA") == nullptr) {
+    EXPECT_GE(kernel_isa(), Isa::Avx2);
+  }
+  EXPECT_STREQ(micro_kernels().name, want);
   EXPECT_STREQ(portable().name, "portable");
+  EXPECT_EQ(micro_kernels().pair_tile != nullptr, kernel_isa() >= Isa::Avx512Bf16);
 }
 
 TEST_F(MicroKernelsTest, NarrowMatchesScalarConversionOnSpecialAndRandomValues) {

@@ -145,6 +145,53 @@ double gflops(double flops, double s) { return s == kNotRun ? 0.0 : flops / s * 
 double gbytes(double bytes, double s) { return s == kNotRun ? 0.0 : bytes / s * 1e-9; }
 double ratio(double a_s, double b_s) { return a_s == kNotRun || b_s == kNotRun ? 0.0 : b_s / a_s; }
 
+// Each path's peak: cores x clock x FLOP per core and cycle (REFERENCE.md §H), from the kernel
+// set's instruction widths: 32 F32 FLOP with AVX2+FMA (two 256-bit FMA units), 64 with AVX-512
+// (two 512-bit FMA units), BF16 the same where the set widens it to F32, 128 with vdpbf16ps (two
+// products per 32-bit lane, two units) and 1024 with AMX-BF16. Cores: the GroupLin threads;
+// clock: the first "cpu MHz" of /proc/cpuinfo, what the OS reports (under a VM often the nominal
+// clock, not the turbo one), not measured. Zero where unknown (the portable set, or no clock).
+struct Peak {
+  int cores = 0;
+  double clock_ghz = 0;
+  int f32_flop_per_cycle = 0, bf16_flop_per_cycle = 0;
+  double gflops(int dt) const {
+    return cores * clock_ghz * (dt == 0 ? f32_flop_per_cycle : bf16_flop_per_cycle);
+  }
+  std::string describe(int dt) const {
+    if (gflops(dt) <= 0) return "unknown";
+    char text[160];
+    std::snprintf(text, sizeof text, "%.0f GF/s (%d cores x %.2f GHz x %d FLOP/cycle)", gflops(dt),
+                  cores, clock_ghz, dt == 0 ? f32_flop_per_cycle : bf16_flop_per_cycle);
+    return text;
+  }
+};
+constexpr const char* kClockSource = "/proc/cpuinfo cpu MHz (reported, not measured)";
+
+Peak machine_peak() {
+  Peak p;
+  p.cores = kernels::num_threads();
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f)) {
+      double mhz = 0;
+      if (std::sscanf(line, "cpu MHz : %lf", &mhz) == 1 ||
+          std::sscanf(line, "cpu MHz\t: %lf", &mhz) == 1) {
+        p.clock_ghz = mhz / 1000.0;
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  const kernels::MicroKernels& mk = kernels::micro_kernels();
+  const std::string name = mk.name;
+  p.f32_flop_per_cycle = name == "portable" ? 0 : name == "avx2+fma" ? 32 : 64;
+  p.bf16_flop_per_cycle = name == "amx-bf16"     ? 1024
+                          : name == "avx512bf16" ? 128
+                                                 : p.f32_flop_per_cycle;
+  return p;
+}
+
 struct CaseResult {
   std::string shape, routing, op;
   int64_t experts = 0, in = 0, out = 0, rows = 0, active = 0;
@@ -157,6 +204,11 @@ struct CaseResult {
   double traffic_bytes[2] = {0, 0};  // weights, gradients (wgrad), or dy and db (bgrad) streamed
   double copy_bytes[2] = {0, 0};     // what the copy variant copied
 
+  double peak_gflops[2] = {0, 0};  // the path's peak (Peak), 0 where unknown
+
+  double vs_peak(int dt) const {
+    return peak_gflops[dt] > 0 ? gflops(flops, grouplin_s[dt]) / peak_gflops[dt] : 0.0;
+  }
   double copy_gbytes(int dt) const { return gbytes(copy_bytes[dt], copy_s[dt]); }
   double grouplin_gbytes(int dt) const { return gbytes(traffic_bytes[dt], grouplin_s[dt]); }
   double vs_copy(int dt) const {
@@ -178,6 +230,8 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
   const double k_n = static_cast<double>(s.in) * static_cast<double>(s.out);
   r.flops = op == "bgrad" ? static_cast<double>(rows) * static_cast<double>(s.out)
                           : 2.0 * static_cast<double>(rows) * k_n;
+  const Peak peak = machine_peak();
+  for (int dt = 0; dt < 2; ++dt) r.peak_gflops[dt] = r.op == "bgrad" ? 0.0 : peak.gflops(dt);
   const bool f32 = std::find(c.dtypes.begin(), c.dtypes.end(), "f32") != c.dtypes.end();
   const bool bf16 = std::find(c.dtypes.begin(), c.dtypes.end(), "bf16") != c.dtypes.end();
   // Bytes that must stream: the active experts' weights (forward, dgrad), every expert's weight
@@ -293,6 +347,7 @@ nlohmann::json to_json(const CaseResult& r) {
                         {"loop_gflops", gflops(r.flops, r.loop_s[dt])},
                         {"vs_loop", ratio(r.grouplin_s[dt], r.loop_s[dt])}};
     if (r.dense_s != kNotRun) v["vs_dense"] = ratio(r.grouplin_s[dt], r.dense_s);
+    if (r.peak_gflops[dt] > 0) v["vs_peak"] = r.vs_peak(dt);
     if (r.memory_bound) {
       v["grouplin_gbytes"] = r.grouplin_gbytes(dt);
       v["copy_gbytes"] = r.copy_gbytes(dt);
@@ -306,9 +361,9 @@ nlohmann::json to_json(const CaseResult& r) {
 }
 
 void print_header() {
-  std::printf("%-8s %6s %-8s %-7s %7s %7s | %-29s | %-35s\n", "shape", "rows", "routing", "op",
-              "rows/ex", "dense", "F32 GF/s: loop grplin xdns xloop",
-              "BF16 GF/s: loop grplin xdns xloop xf32");
+  std::printf("%-8s %6s %-8s %-7s %7s %7s | %-34s | %-40s\n", "shape", "rows", "routing", "op",
+              "rows/ex", "dense", "F32 GF/s: loop grplin xdns xloop xpk",
+              "BF16 GF/s: loop grplin xdns xloop xpk xf32");
 }
 
 void print_row(const CaseResult& r) {
@@ -317,9 +372,9 @@ void print_row(const CaseResult& r) {
               static_cast<double>(r.rows) / static_cast<double>(r.experts),
               gflops(r.flops, r.dense_s));
   for (int dt = 0; dt < 2; ++dt) {
-    std::printf(" %6.1f %6.1f %4.2f %5.2f", gflops(r.flops, r.loop_s[dt]),
+    std::printf(" %6.1f %6.1f %4.2f %5.2f %4.2f", gflops(r.flops, r.loop_s[dt]),
                 gflops(r.flops, r.grouplin_s[dt]), ratio(r.grouplin_s[dt], r.dense_s),
-                ratio(r.grouplin_s[dt], r.loop_s[dt]));
+                ratio(r.grouplin_s[dt], r.loop_s[dt]), r.vs_peak(dt));
     if (dt == 1) std::printf(" %4.2f", ratio(r.grouplin_s[1], r.grouplin_s[0]));
     std::printf(" |");
   }
@@ -414,7 +469,12 @@ void run_bench(BenchConfig c) {
   }
   if (c.threads > 0) bench::set_threads(c.threads);
   const std::string machine = machine_description();
-  if (!c.json) std::printf("grouplin bench: %s\n\n", machine.c_str());
+  const Peak peak = machine_peak();
+  if (!c.json) {
+    std::printf("grouplin bench: %s\n", machine.c_str());
+    std::printf("peak (xpk = GroupLin's fraction of it; clock from %s): F32 %s, BF16 %s\n\n",
+                kClockSource, peak.describe(0).c_str(), peak.describe(1).c_str());
+  }
   std::vector<CaseResult> results;
   if (!c.json) print_header();
   for (const std::string& name : c.shapes) {
@@ -440,8 +500,18 @@ void run_bench(BenchConfig c) {
   }
   const std::vector<Goal> goals = evaluate(results);
   if (c.json) {
-    nlohmann::json out = {
-        {"machine", machine}, {"reps", c.reps}, {"results", nlohmann::json::array()}};
+    nlohmann::json out = {{"machine", machine},
+                          {"kernels", kernels::micro_kernels().name},
+                          {"peak",
+                           {{"cores", peak.cores},
+                            {"clock_ghz", peak.clock_ghz},
+                            {"clock_source", kClockSource},
+                            {"f32_flop_per_cycle", peak.f32_flop_per_cycle},
+                            {"bf16_flop_per_cycle", peak.bf16_flop_per_cycle},
+                            {"f32_gflops", peak.gflops(0)},
+                            {"bf16_gflops", peak.gflops(1)}}},
+                          {"reps", c.reps},
+                          {"results", nlohmann::json::array()}};
     for (const CaseResult& r : results) out["results"].push_back(to_json(r));
     for (const Goal& g : goals) {
       out["goals"].push_back({{"goal", g.text},

@@ -1,0 +1,221 @@
+// The AVX-512F kernel set (x86-64 builds; see micro_kernels_x86.hpp): the outer-product tiles and
+// fma_rows on 16-lane registers. Each output element gets the fused multiply-adds of the AVX2
+// set in the same order, so this set's F32 results are the AVX2 set's, bit for bit; only the
+// register tile is wider (6 rows x 4 strips of 16 columns: 24 of the 32 zmm registers hold sums,
+// 4 hold B, 1 the broadcast A value). The dot tiles, bgrad's row sums and the data movement stay
+// AVX2's: they are memory-bound, and 8-lane partial sums there keep the bits of the AVX2 set.
+//
+// Not measured: this project has had no AVX-512 machine to run it on. Written for the register
+// file and ports of Intel's AVX-512 cores (two 512-bit FMA units, two loads per cycle: per depth
+// step, 24 fused multiply-adds against 4 B loads and 6 broadcasts); tested only under emulation
+// (tests/kernels/emulated_kernels_test.cpp) and, where the CPU has AVX-512F, natively.
+//
+// Only what this file defines goes into its object: no standard-library inline functions, whose
+// AVX-512 instances the linker could pick for code that runs on any CPU.
+#include <cstdint>
+
+#include "kernels/micro_kernels_x86.hpp"
+#include "kernels/x86_intrinsics.hpp"
+
+namespace grouplin::kernels::GROUPLIN_X86_NS {
+namespace {
+
+#define GROUPLIN_AVX512 GROUPLIN_TARGET("avx512f,avx2,fma")
+
+// 16 values of B from b on: F32, or BF16 bits widened in registers; with kHalf only the first 8
+// (lanes 8-15 are zero and nothing past b[7] is read).
+template <bool kBf16, bool kHalf>
+GROUPLIN_AVX512 inline __m512 load_b16(const void* b) {
+  if constexpr (kBf16) {
+    __m256i h;
+    if constexpr (kHalf) {
+      h = _mm256_zextsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(b)));
+    } else {
+      h = _mm256_loadu_si256(static_cast<const __m256i*>(b));
+    }
+    // The maskz forms: the unmasked ones start from _mm512_undefined_epi32, on which GCC 12 warns
+    // (-Wmaybe-uninitialized) in every caller.
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xFFFF, h);
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, wide, 16));
+  } else if constexpr (kHalf) {
+    return _mm512_maskz_loadu_ps(0x00FF, b);
+  } else {
+    return _mm512_loadu_ps(b);
+  }
+}
+
+// MR rows x NS strips: c (+)= A · B, one fused multiply-add chain per element in p order, from
+// c's value when `accumulate`, else from +0 (outer_strips in micro_kernels.hpp). kHalf (NS = 1):
+// only the first 8 columns are read and written.
+template <int MR, int NS, bool kBf16, bool kHalf>
+GROUPLIN_AVX512 void outer_fixed(int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                                 const void* b, int64_t ldb, int64_t b_strip, float* c, int64_t ldc,
+                                 bool accumulate) {
+  const __mmask16 lanes = kHalf ? 0x00FF : 0xFFFF;
+  const int64_t elem = kBf16 ? 2 : 4;
+  const auto* b_bytes = static_cast<const unsigned char*>(b);
+  const int64_t b_row = ldb * elem, strip = b_strip * elem;
+  __m512 acc[MR][NS];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) {
+      acc[i][s] =
+          accumulate ? _mm512_maskz_loadu_ps(lanes, c + i * ldc + 16 * s) : _mm512_setzero_ps();
+    }
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    __m512 bv[NS];
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) bv[s] = load_b16<kBf16, kHalf>(b_bytes + p * b_row + s * strip);
+    const float* ap = a + p * a_step;
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(ap[i * a_row]);
+#pragma GCC unroll 4
+      for (int s = 0; s < NS; ++s) acc[i][s] = _mm512_fmadd_ps(av, bv[s], acc[i][s]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) _mm512_mask_storeu_ps(c + i * ldc + 16 * s, lanes, acc[i][s]);
+  }
+}
+
+using OuterFixed = void (*)(int64_t, const float*, int64_t, int64_t, const void*, int64_t, int64_t,
+                            float*, int64_t, bool);
+
+// One compiled register tile per row count (1-6), strip count (1-4), B dtype and width.
+template <int NS, bool kBf16, bool kHalf>
+constexpr OuterFixed kByRows[kOuterRows] = {
+    outer_fixed<1, NS, kBf16, kHalf>, outer_fixed<2, NS, kBf16, kHalf>,
+    outer_fixed<3, NS, kBf16, kHalf>, outer_fixed<4, NS, kBf16, kHalf>,
+    outer_fixed<5, NS, kBf16, kHalf>, outer_fixed<6, NS, kBf16, kHalf>};
+
+template <bool kBf16>
+OuterFixed pick(int mr, int strips, bool half) {
+  if (half) return kByRows<1, kBf16, true>[mr - 1];
+  switch (strips) {
+    case 1:
+      return kByRows<1, kBf16, false>[mr - 1];
+    case 2:
+      return kByRows<2, kBf16, false>[mr - 1];
+    case 3:
+      return kByRows<3, kBf16, false>[mr - 1];
+    default:
+      return kByRows<4, kBf16, false>[mr - 1];
+  }
+}
+
+void outer_tile_avx512(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                       const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  pick<false>(mr, 1, nr == 8)(kc, a, a_row, a_step, b, ldb, 0, c, ldc, accumulate);
+}
+
+void outer_tile_bf16_avx512(int mr, int nr, int64_t kc, const float* a, int64_t a_row,
+                            int64_t a_step, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
+                            bool accumulate) {
+  pick<true>(mr, 1, nr == 8)(kc, a, a_row, a_step, b, ldb, 0, c, ldc, accumulate);
+}
+
+void outer_strips_avx512(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                         int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                         int64_t ldc, bool accumulate) {
+  pick<false>(mr, strips, false)(kc, a, a_row, a_step, b, ldb, b_strip, c, ldc, accumulate);
+}
+
+void outer_strips_bf16_avx512(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                              int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
+                              float* c, int64_t ldc, bool accumulate) {
+  pick<true>(mr, strips, false)(kc, a, a_row, a_step, b, ldb, b_strip, c, ldc, accumulate);
+}
+
+// The first n (< 16) values of B from b on, zero beyond: F32 by a masked load, BF16 bits widened
+// through a small buffer (a masked 16-bit load would need AVX512BW).
+template <bool kBf16>
+GROUPLIN_AVX512 inline __m512 load_b_tail(const void* b, int64_t n, __mmask16 mask) {
+  if constexpr (kBf16) {
+    const auto* src = static_cast<const uint16_t*>(b);
+    alignas(64) uint32_t bits[16] = {};
+    for (int64_t i = 0; i < n; ++i) bits[i] = uint32_t{src[i]} << 16;
+    return _mm512_load_ps(bits);
+  } else {
+    return _mm512_maskz_loadu_ps(mask, b);
+  }
+}
+
+// c[j] += av * b[j] for j < cols: 64 columns per step, then 16, then a masked tail, so that
+// every element gets one fused multiply-add (the AVX2 set's, 16 lanes at a time).
+template <bool kBf16>
+GROUPLIN_AVX512 inline void fma_row(float av_scalar, const unsigned char* bp, float* cr,
+                                    int64_t cols, __mmask16 tail) {
+  const int64_t elem = kBf16 ? 2 : 4;
+  const __m512 av = _mm512_set1_ps(av_scalar);
+  const int64_t full = cols / 16 * 16;
+  int64_t j = 0;
+  for (; j + 64 <= full; j += 64) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      float* cv = cr + j + 16 * v;
+      const __m512 bv = load_b16<kBf16, false>(bp + (j + 16 * v) * elem);
+      _mm512_storeu_ps(cv, _mm512_fmadd_ps(av, bv, _mm512_loadu_ps(cv)));
+    }
+  }
+  for (; j < full; j += 16) {
+    const __m512 bv = load_b16<kBf16, false>(bp + j * elem);
+    _mm512_storeu_ps(cr + j, _mm512_fmadd_ps(av, bv, _mm512_loadu_ps(cr + j)));
+  }
+  if (j < cols) {
+    const __m512 bv = load_b_tail<kBf16>(bp + j * elem, cols - j, tail);
+    _mm512_mask_storeu_ps(cr + j, tail,
+                          _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(tail, cr + j)));
+  }
+}
+
+// The loop orders of the AVX2 set's fma_rows (the same chains either way; the order only picks
+// what stays in L1).
+template <bool kBf16>
+GROUPLIN_AVX512 void fma_rows_impl(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                   const void* b, int64_t ldb, int64_t cols, float* c,
+                                   int64_t ldc) {
+  const auto tail = static_cast<__mmask16>((1u << (cols % 16)) - 1);
+  const int64_t row_bytes = ldb * (kBf16 ? 2 : 4);
+  const auto* bytes = static_cast<const unsigned char*>(b);
+  if (depth > rows) {
+    for (int64_t p = 0; p < depth; ++p) {
+      for (int64_t r = 0; r < rows; ++r)
+        fma_row<kBf16>(a[r * lda + p], bytes + p * row_bytes, c + r * ldc, cols, tail);
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t p = 0; p < depth; ++p)
+        fma_row<kBf16>(a[r * lda + p], bytes + p * row_bytes, c + r * ldc, cols, tail);
+    }
+  }
+}
+
+void fma_rows_avx512(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
+                     int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  fma_rows_impl<false>(rows, depth, a, lda, b, ldb, cols, c, ldc);
+}
+
+void fma_rows_bf16_avx512(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                          const uint16_t* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  fma_rows_impl<true>(rows, depth, a, lda, b, ldb, cols, c, ldc);
+}
+
+}  // namespace
+
+void add_avx512(MicroKernels& set) {
+  set.outer_tile = outer_tile_avx512;
+  set.outer_tile_bf16 = outer_tile_bf16_avx512;
+  set.outer_strips = outer_strips_avx512;
+  set.outer_strips_bf16 = outer_strips_bf16_avx512;
+  set.max_strips = kMaxStrips;
+  set.fma_rows = fma_rows_avx512;
+  set.fma_rows_bf16 = fma_rows_bf16_avx512;
+  set.name = "avx512f";
+}
+
+}  // namespace grouplin::kernels::GROUPLIN_X86_NS

@@ -1,0 +1,104 @@
+// The AVX512-BF16 kernel set (x86-64 builds; see micro_kernels_x86.hpp): the AVX-512F set plus
+// pair_tile, BF16 x BF16 products by vdpbf16ps. Each instruction multiplies, per 32-bit lane, one
+// pair of BF16 values of A (broadcast: two adjacent depths of one row of x or dy, read in place)
+// by the pair of B (the same two depths of one column, from a pair panel) and adds both products
+// to the lane's F32 sum: the operands stay BF16 (half the bytes of widened ones through the
+// registers) and one instruction does two multiply-adds per lane. The register tile is the F32
+// set's: 6 rows x 4 strips of 16 columns, 24 zmm sums.
+//
+// Each element's sum is one chain of vdpbf16ps over the pair rows in order, from c (accumulate)
+// or +0. The instruction rounds each of its two accumulations to nearest even and flushes
+// denormal inputs and results to zero (Intel SDM, VDPBF16PS), so these results differ in the last
+// bits from the F32 kernels on the widened values.
+//
+// Not measured: this project has had no AVX512-BF16 machine. Tested under emulation
+// (tests/kernels/emulated_kernels_test.cpp: SIMDe, with vdpbf16ps as the SDM's pseudo-code
+// reads) and, where the CPU has AVX512-BF16, natively against the double-precision reference.
+//
+// Only what this file defines goes into its object (see micro_kernels_avx512.cpp).
+#include <cstdint>
+
+#include "kernels/micro_kernels_x86.hpp"
+#include "kernels/x86_intrinsics.hpp"
+
+namespace grouplin::kernels::GROUPLIN_X86_NS {
+namespace {
+
+#define GROUPLIN_AVX512BF16 GROUPLIN_TARGET("avx512bf16,avx512f,avx2,fma")
+
+#if defined(GROUPLIN_X86_EMULATED)
+GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
+  return emulated_dpbf16_ps(acc, a, b);
+}
+#else
+GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+#endif
+
+// The dword of A's pair row q of row a: depths 2q (low half) and 2q + 1; with `last_odd`, only
+// depth 2q exists (the high half is +0 and nothing past it is read).
+GROUPLIN_AVX512BF16 inline __m512i broadcast_pair(const uint16_t* a, int64_t q, bool last_odd) {
+  uint32_t pair = a[2 * q];
+  if (!last_odd) __builtin_memcpy(&pair, a + 2 * q, sizeof pair);
+  return _mm512_set1_epi32(static_cast<int>(pair));
+}
+
+// MR rows x NS strips, one vdpbf16ps chain per element over the pair rows in order.
+template <int MR, int NS>
+GROUPLIN_AVX512BF16 void pair_fixed(int64_t kc, const uint16_t* a, int64_t lda, const uint32_t* b,
+                                    int64_t b_strip, float* c, int64_t ldc, bool accumulate) {
+  __m512 acc[MR][NS];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s)
+      acc[i][s] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * s) : _mm512_setzero_ps();
+  }
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const bool last_odd = 2 * q + 1 == kc;
+    __m512i bv[NS];
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) bv[s] = _mm512_loadu_si512(b + s * b_strip + q * 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m512i av = broadcast_pair(a + i * lda, q, last_odd);
+#pragma GCC unroll 4
+      for (int s = 0; s < NS; ++s) acc[i][s] = dot_pairs(acc[i][s], av, bv[s]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) _mm512_storeu_ps(c + i * ldc + 16 * s, acc[i][s]);
+  }
+}
+
+using PairFixed = void (*)(int64_t, const uint16_t*, int64_t, const uint32_t*, int64_t, float*,
+                           int64_t, bool);
+
+template <int NS>
+constexpr PairFixed kByRows[kOuterRows] = {pair_fixed<1, NS>, pair_fixed<2, NS>, pair_fixed<3, NS>,
+                                           pair_fixed<4, NS>, pair_fixed<5, NS>, pair_fixed<6, NS>};
+
+void pair_tile_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
+                          const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
+                          bool accumulate) {
+  const PairFixed* by_rows = strips == 1   ? kByRows<1>
+                             : strips == 2 ? kByRows<2>
+                             : strips == 3 ? kByRows<3>
+                                           : kByRows<4>;
+  by_rows[mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
+}
+
+}  // namespace
+
+void add_avx512bf16(MicroKernels& set) {
+  set.pair_tile = pair_tile_avx512bf16;
+  set.pair_rows = kOuterRows;
+  set.pair_strips = kMaxStrips;
+  set.name = "avx512bf16";
+}
+
+}  // namespace grouplin::kernels::GROUPLIN_X86_NS

@@ -1,0 +1,23 @@
+// Private: the x86-64 kernel sets beyond AVX2, one file each, compiled only in x86-64 builds.
+//
+//   MicroKernels set = *avx2_kernels();
+//   native::add_avx512(set);        // set: AVX-512F outer-product and fma_rows kernels
+//   native::add_avx512bf16(set);    // + vdpbf16ps pair kernels for BF16 x BF16 products
+//   native::add_amx(set);           // pair kernels on AMX tiles instead
+//
+// Each add_* replaces the entries its instruction set speeds up and sets `name`; the rest of the
+// set stays what it was. The same sources are compiled a second time for the tests, against
+// portable implementations of the intrinsics (SIMDe, and a tile emulator), into namespace
+// `emulated` (tests/kernels/emulated_kernels.hpp), so that their logic is tested on CPUs without
+// these instruction sets.
+#pragma once
+
+#include "kernels/micro_kernels.hpp"
+
+namespace grouplin::kernels::native {
+
+void add_avx512(MicroKernels& set);
+void add_avx512bf16(MicroKernels& set);
+void add_amx(MicroKernels& set);
+
+}  // namespace grouplin::kernels::native

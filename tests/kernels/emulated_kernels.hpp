@@ -1,0 +1,15 @@
+// Test-only: the AVX-512, AVX512-BF16 and AMX kernel files compiled against emulated intrinsics
+// (tests/kernels/CMakeLists.txt: kernels_emulated), in namespace `emulated`. Each add_* does what
+// its native twin in kernels/micro_kernels_x86.hpp does. They run only on CPUs with AVX2 and FMA
+// (the emulation's own instructions).
+#pragma once
+
+#include "kernels/micro_kernels.hpp"
+
+namespace grouplin::kernels::emulated {
+
+void add_avx512(MicroKernels& set);
+void add_avx512bf16(MicroKernels& set);
+void add_amx(MicroKernels& set);
+
+}  // namespace grouplin::kernels::emulated

@@ -1,0 +1,540 @@
+// The AVX-512F, AVX512-BF16 and AMX-BF16 kernel sets, each twice: compiled against emulated
+// intrinsics (x86_emulation.hpp: SIMDe, an SDM-exact vdpbf16ps, a scalar tile emulator), which
+// run wherever the CPU has AVX2 and FMA, and natively, which run only where the CPU has the
+// instruction set (skipped otherwise, with the reason printed, so a log shows which ran).
+//
+// Checked per set: the F32 arithmetic gives the AVX2 set's bits (micro-kernels and whole grouped
+// GEMMs); the pair kernels (BF16 x BF16) give, emulated, the bits of a scalar model of their
+// documented chains, and, natively, results within the reference's tolerance; every operation
+// within tolerance of the double-precision reference on the edge cases (empty experts, one expert
+// with every row, T = 0, ragged tiles and depth blocks); the same bits for 1 and 3 threads, for
+// separate and stacked weights, and for coarse and fine tilings. Shapes are small: the
+// sanitizer build runs these at -O1, where each emulated instruction is a call.
+#include "emulated_kernels.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdio>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "amx_emulator.hpp"
+#include "bf16_dot_semantics.hpp"
+#include "grouplin/dtype.hpp"
+#include "kernel_reference.hpp"
+#include "kernels/grouped_gemm.hpp"
+#include "kernels/isa.hpp"
+#include "kernels/micro_kernels.hpp"
+#include "kernels/micro_kernels_x86.hpp"
+#include "kernels/packing.hpp"
+#include "kernels/thread_pool.hpp"
+#include "kernels/tile_compute.hpp"
+
+namespace grouplin::kernel_test {
+namespace {
+
+using kernels::kOuterCols;
+using kernels::kOuterDepth;
+using kernels::kOuterRows;
+using kernels::MicroKernels;
+
+enum class Level { kAvx512, kAvx512Bf16, kAmx };
+
+struct SetUnderTest {
+  Level level;
+  bool native;
+  const char* name;
+};
+
+void PrintTo(const SetUnderTest& u, std::ostream* os) { *os << u.name; }
+
+// The set, or why it cannot run on this CPU.
+std::optional<MicroKernels> make_set(const SetUnderTest& u, std::string& why_not) {
+  const MicroKernels* avx2 = kernels::avx2_kernels();
+  if (avx2 == nullptr) {
+    why_not =
+        "this CPU lacks AVX2+FMA, which the AVX-512 sets build on (and the emulation runs on)";
+    return std::nullopt;
+  }
+  MicroKernels set = *avx2;
+  if (u.native) {
+    const kernels::CpuFeatures f = kernels::detect_cpu();
+    const bool has = u.level == Level::kAvx512       ? f.avx512f
+                     : u.level == Level::kAvx512Bf16 ? f.avx512bf16
+                                                     : f.amx_bf16 && f.avx512bf16;
+    if (!has) {
+      why_not = std::string("this CPU (") + kernels::describe(f) + ") lacks what the native " +
+                u.name + " kernels need; their emulated twins ran instead";
+      return std::nullopt;
+    }
+    kernels::native::add_avx512(set);
+    if (u.level >= Level::kAvx512Bf16) kernels::native::add_avx512bf16(set);
+    if (u.level == Level::kAmx) kernels::native::add_amx(set);
+  } else {
+    kernels::emulated::add_avx512(set);
+    if (u.level >= Level::kAvx512Bf16) kernels::emulated::add_avx512bf16(set);
+    if (u.level == Level::kAmx) kernels::emulated::add_amx(set);
+  }
+  return set;
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  const std::vector<float> f = random_floats(n, seed);
+  for (size_t i = 0; i < n; ++i) v[i] = f32_to_bf16(f[i]);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class KernelSetTest : public ::testing::TestWithParam<SetUnderTest> {
+ protected:
+  void SetUp() override {
+    std::string why_not;
+    set_ = make_set(GetParam(), why_not);
+    if (!set_) GTEST_SKIP() << "skipped: " << GetParam().name << ": " << why_not;
+    avx2_ = kernels::avx2_kernels();
+    std::printf("running: %s kernels (%s)\n", set_->name,
+                GetParam().native ? "native" : "emulated");
+  }
+  void TearDown() override {
+    kernels::force_kernels(nullptr);
+    kernels::set_num_threads(saved_threads_);
+  }
+  bool has_pairs() const { return set_->pair_tile != nullptr; }
+
+  std::optional<MicroKernels> set_;
+  const MicroKernels* avx2_ = nullptr;
+  int saved_threads_ = kernels::num_threads();
+};
+
+// ---- Micro-kernels ----
+
+// outer_strips and outer_tile give the AVX2 set's bits for every row count, strip count, B dtype,
+// A packed or read in place, and start; they write only their own rows and columns.
+TEST_P(KernelSetTest, OuterProductTilesEqualAvx2Bits) {
+  const int64_t ldb = 4 * kOuterCols + 5, ldc = 4 * kOuterCols + 3;
+  for (int64_t kc : {1, 7, 29}) {
+    const std::vector<float> a = random_floats(static_cast<size_t>(kOuterRows * kc), 1);
+    std::vector<float> ap(static_cast<size_t>(kc * kOuterRows));
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int i = 0; i < kOuterRows; ++i) ap[p * kOuterRows + i] = a[i * kc + p];
+    }
+    const std::vector<float> b = random_floats(static_cast<size_t>(kc * ldb), 2);
+    std::vector<uint16_t> half(b.size());
+    for (size_t i = 0; i < b.size(); ++i) half[i] = f32_to_bf16(b[i]);
+    for (bool bf16 : {false, true}) {
+      for (bool packed : {false, true}) {
+        const float* a_ptr = packed ? ap.data() : a.data();
+        const int64_t a_row = packed ? 1 : kc, a_step = packed ? kOuterRows : 1;
+        for (int mr = 1; mr <= kOuterRows; ++mr) {
+          for (int strips = 1; strips <= set_->max_strips; ++strips) {
+            for (bool accumulate : {false, true}) {
+              std::vector<float> want((kOuterRows + 1) * ldc, 0.5f), got = want;
+              if (bf16) {
+                avx2_->outer_strips_bf16(mr, strips, kc, a_ptr, a_row, a_step, half.data(), ldb,
+                                         kOuterCols, want.data(), ldc, accumulate);
+                set_->outer_strips_bf16(mr, strips, kc, a_ptr, a_row, a_step, half.data(), ldb,
+                                        kOuterCols, got.data(), ldc, accumulate);
+              } else {
+                avx2_->outer_strips(mr, strips, kc, a_ptr, a_row, a_step, b.data(), ldb, kOuterCols,
+                                    want.data(), ldc, accumulate);
+                set_->outer_strips(mr, strips, kc, a_ptr, a_row, a_step, b.data(), ldb, kOuterCols,
+                                   got.data(), ldc, accumulate);
+              }
+              ASSERT_TRUE(same_bits(want, got)) << "kc " << kc << " bf16 " << bf16 << " packed "
+                                                << packed << " mr " << mr << " strips " << strips;
+              for (int64_t i = 0; i <= kOuterRows; ++i) {
+                for (int64_t j = 0; j < ldc; ++j) {
+                  if (i < mr && j < strips * kOuterCols) continue;
+                  ASSERT_EQ(got[i * ldc + j], 0.5f) << "wrote outside at " << i << "," << j;
+                }
+              }
+            }
+          }
+          // 8 columns: the broadcast path's last panel.
+          std::vector<float> want(kOuterRows * kOuterCols, 0.25f), got = want;
+          if (bf16) {
+            avx2_->outer_tile_bf16(mr, 8, kc, a_ptr, a_row, a_step, half.data(), ldb, want.data(),
+                                   kOuterCols, true);
+            set_->outer_tile_bf16(mr, 8, kc, a_ptr, a_row, a_step, half.data(), ldb, got.data(),
+                                  kOuterCols, true);
+          } else {
+            avx2_->outer_tile(mr, 8, kc, a_ptr, a_row, a_step, b.data(), ldb, want.data(),
+                              kOuterCols, true);
+            set_->outer_tile(mr, 8, kc, a_ptr, a_row, a_step, b.data(), ldb, got.data(), kOuterCols,
+                             true);
+          }
+          ASSERT_TRUE(same_bits(want, got)) << "8 columns, mr " << mr;
+          for (int j = 8; j < kOuterCols; ++j) ASSERT_EQ(got[j], 0.25f);
+        }
+      }
+    }
+  }
+}
+
+// fma_rows: the AVX2 set's bits for ragged widths (masked tails) and both loop orders, F32 and
+// BF16 B, and nothing written past `cols`.
+TEST_P(KernelSetTest, FmaRowsEqualAvx2BitsAndWriteOnlyTheirColumns) {
+  const int64_t ld = 131;
+  for (int64_t cols : {1, 15, 16, 17, 63, 64, 65, 100}) {
+    for (int64_t rows : {1, 3}) {
+      for (int64_t depth : {2, 5}) {
+        const std::vector<float> a = random_floats(static_cast<size_t>(rows * depth), 3);
+        const std::vector<float> b = random_floats(static_cast<size_t>(depth * ld), 4);
+        std::vector<uint16_t> half(b.size());
+        for (size_t i = 0; i < b.size(); ++i) half[i] = f32_to_bf16(b[i]);
+        for (bool bf16 : {false, true}) {
+          std::vector<float> want(static_cast<size_t>(rows * ld), 9.0f), got = want;
+          if (bf16) {
+            avx2_->fma_rows_bf16(rows, depth, a.data(), depth, half.data(), ld, cols, want.data(),
+                                 ld);
+            set_->fma_rows_bf16(rows, depth, a.data(), depth, half.data(), ld, cols, got.data(),
+                                ld);
+          } else {
+            avx2_->fma_rows(rows, depth, a.data(), depth, b.data(), ld, cols, want.data(), ld);
+            set_->fma_rows(rows, depth, a.data(), depth, b.data(), ld, cols, got.data(), ld);
+          }
+          ASSERT_TRUE(same_bits(want, got))
+              << "cols " << cols << " rows " << rows << " depth " << depth << " bf16 " << bf16;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = cols; j < ld; ++j) ASSERT_EQ(got[r * ld + j], 9.0f) << cols;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The documented chain of one pair_tile element: A row a (n BF16 values), B column b (value p at
+// b[p * b_step]), from +0. AVX512-BF16: one vdpbf16ps per pair in order; AMX: per 32 depths, the
+// even and the odd products summed apart, then added to the running sum (x86_emulation.hpp).
+float model_pairs(Level level, const uint16_t* a, const uint16_t* b, int64_t b_step, int64_t n) {
+  using kernels::emulated::bf16_value;
+  using kernels::emulated::flush_denormal;
+  const auto at = [](const uint16_t* v, int64_t step, int64_t i, int64_t n_) -> uint16_t {
+    return i < n_ ? v[i * step] : uint16_t{0};
+  };
+  float acc = 0.0f;
+  if (level == Level::kAvx512Bf16) {
+    for (int64_t q = 0; 2 * q < n; ++q) {
+      const uint32_t ap = at(a, 1, 2 * q, n) | uint32_t{at(a, 1, 2 * q + 1, n)} << 16;
+      const uint32_t bp = at(b, b_step, 2 * q, n) | uint32_t{at(b, b_step, 2 * q + 1, n)} << 16;
+      acc = kernels::emulated::dpbf16_lane(acc, ap, bp);
+    }
+    return acc;
+  }
+  for (int64_t g = 0; 32 * g < n; ++g) {
+    float even = 0.0f, odd = 0.0f;
+    for (int64_t q = 16 * g; q < 16 * g + 16; ++q) {
+      even = flush_denormal(
+          std::fma(bf16_value(at(a, 1, 2 * q, n)), bf16_value(at(b, b_step, 2 * q, n)), even));
+      odd = flush_denormal(std::fma(bf16_value(at(a, 1, 2 * q + 1, n)),
+                                    bf16_value(at(b, b_step, 2 * q + 1, n)), odd));
+    }
+    acc = flush_denormal(acc + flush_denormal(even + odd));
+  }
+  return acc;
+}
+
+// pair_tile on A read in place (its row gaps hold NaN, which must never be read) and B packed by
+// pack_pairs_transposed, for every row and strip count the set takes and ragged depths: emulated,
+// the model's bits; native, within the F32 tolerance of the exact sum. Nothing outside the rows
+// and strips of the call is written.
+TEST_P(KernelSetTest, PairTileFollowsItsChainAndWritesOnlyItsTile) {
+  if (!has_pairs()) {
+    EXPECT_EQ(set_->pair_rows, 0);
+    GTEST_SKIP() << "skipped: " << set_->name << " has no pair kernels (BF16 is widened to F32)";
+  }
+  const int64_t cols = 16 * set_->pair_strips;
+  for (int64_t kc : {1, 2, 31, 32, 33, 69}) {
+    const int64_t lda = kc + 3;
+    std::vector<uint16_t> a = random_bf16(static_cast<size_t>(set_->pair_rows * lda), 5);
+    for (int64_t i = 0; i < set_->pair_rows; ++i) {
+      for (int64_t p = kc; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
+    }
+    const std::vector<uint16_t> w = random_bf16(static_cast<size_t>(cols * kc), 6);  // [cols][kc]
+    std::vector<uint32_t> panels(
+        static_cast<size_t>(set_->pair_strips * kernels::pair_panel_dwords(kc)));
+    kernels::pack_pairs_transposed({reinterpret_cast<const std::byte*>(w.data()), DType::BF16, kc},
+                                   0, kc, 0, cols, panels.data());
+    for (int mr : {1, 5, set_->pair_rows / 2 + 1, set_->pair_rows}) {
+      for (int strips = 1; strips <= set_->pair_strips; ++strips) {
+        const int64_t ldc = cols + 3;
+        std::vector<float> c(static_cast<size_t>((set_->pair_rows + 1) * ldc), 7.0f);
+        set_->pair_tile(mr, strips, kc, a.data(), lda, panels.data(),
+                        kernels::pair_panel_dwords(kc), c.data(), ldc, false);
+        for (int64_t i = 0; i <= set_->pair_rows; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = c[i * ldc + j];
+            if (i >= mr || j >= 16 * strips) {
+              ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
+              continue;
+            }
+            const float want =
+                model_pairs(GetParam().level, a.data() + i * lda, w.data() + j * kc, 1, kc);
+            if (!GetParam().native) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+                  << "kc " << kc << " mr " << mr << " strips " << strips << " at " << i << "," << j
+                  << ": " << got << " vs " << want;
+            } else {
+              double exact = 0, scale = 0;
+              for (int64_t p = 0; p < kc; ++p) {
+                const double t =
+                    static_cast<double>(bf16_to_f32(a[i * lda + p])) * bf16_to_f32(w[j * kc + p]);
+                exact += t;
+                scale += std::abs(t);
+              }
+              ASSERT_LE(std::abs(got - exact), 2.0 * (kc + 1) * std::ldexp(1.0, -24) * scale)
+                  << "kc " << kc << " at " << i << "," << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- Whole grouped GEMMs ----
+
+struct Case {
+  std::string name;
+  int64_t in, out;
+  std::vector<int64_t> splits;
+  bool bias;
+};
+
+std::vector<Case> cases() {
+  return {
+      // Ragged everything, an empty expert in the middle.
+      {"odd_sizes", 37, 29, {5, 0, 7, 13, 1}, true},
+      // Depth past one block of 256 with an odd remainder (forward 265, dgrad 259), 16 full
+      // strips + 3 columns, experts on every forward path (dot tiles up to 8 rows, broadcast
+      // with dot tails of 2 and 5 rows and a 10-row last panel, packed from 97; BF16 pairs from
+      // 4 rows) and dgrad path (direct up to 4 rows, in place, packed from 65).
+      {"blocks", kOuterDepth + 9, kOuterDepth + 3, {4, 5, 8, 9, 0, 2, 18, 21, 26, 97}, false},
+      // Every row to one expert.
+      {"all_to_one", 33, 70, {0, 0, 50, 0}, true},
+      // One expert larger than all others together: wgrad depth past one block.
+      {"one_giant", 40, 24, {1, kOuterDepth + 37, 2, 0, 5}, true},
+      // T = 0.
+      {"no_rows", 16, 8, {0, 0, 0}, true},
+  };
+}
+
+struct Problem {
+  Tensor x, dy, stacked_w, stacked_b, y, dx;
+  std::vector<Tensor> weights, biases, wgrads, bgrads;
+
+  Problem(const Case& c, DType dt, bool stacked) {
+    const auto n = static_cast<int64_t>(c.splits.size());
+    const int64_t t = std::accumulate(c.splits.begin(), c.splits.end(), int64_t{0});
+    x = random_tensor({t, c.in}, dt, 1);
+    dy = random_tensor({t, c.out}, dt, 2);
+    stacked_w = random_tensor({n, c.out, c.in}, dt, 3);
+    stacked_b = random_tensor({n, c.out}, dt, 4);
+    for (int64_t e = 0; e < n; ++e) {
+      weights.push_back(stacked ? stacked_w.select(e) : stacked_w.select(e).clone());
+      if (c.bias) biases.push_back(stacked ? stacked_b.select(e) : stacked_b.select(e).clone());
+      wgrads.push_back(random_tensor({c.out, c.in}, dt, 100 + static_cast<uint64_t>(e)));
+      bgrads.push_back(random_tensor({c.out}, dt, 500 + static_cast<uint64_t>(e)));
+    }
+    y = random_tensor({t, c.out}, dt, 5);
+    dx = random_tensor({t, c.in}, dt, 6);
+  }
+
+  void run(const Case& c) {
+    kernels::grouped_forward(x, c.splits, weights, biases, y);
+    kernels::grouped_dgrad(dy, c.splits, weights, dx);
+    kernels::grouped_wgrad(x, dy, c.splits, wgrads, false);
+    kernels::grouped_bgrad(dy, c.splits, bgrads);
+  }
+};
+
+void expect_bit_equal(const Problem& a, const Problem& b, const std::string& what) {
+  EXPECT_TRUE(a.y.bit_equal(b.y)) << what << ": forward";
+  EXPECT_TRUE(a.dx.bit_equal(b.dx)) << what << ": dgrad";
+  for (size_t e = 0; e < a.wgrads.size(); ++e) {
+    EXPECT_TRUE(a.wgrads[e].bit_equal(b.wgrads[e])) << what << ": wgrad " << e;
+    EXPECT_TRUE(a.bgrads[e].bit_equal(b.bgrads[e])) << what << ": bgrad " << e;
+  }
+}
+
+TEST_P(KernelSetTest, GroupedGemmMatchesReferenceOnEdgeCases) {
+  kernels::force_kernels(&*set_);
+  for (const Case& c : cases()) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)));
+      Problem p(c, dt, false);
+      p.run(c);
+      EXPECT_TRUE(close_to(p.y, ref_forward(p.x, c.splits, p.weights, p.biases, c.out)));
+      EXPECT_TRUE(close_to(p.dx, ref_dgrad(p.dy, c.splits, p.weights, c.in)));
+      for (size_t e = 0; e < c.splits.size(); ++e) {
+        EXPECT_TRUE(close_to(p.wgrads[e], ref_wgrad(p.x, p.dy, c.splits, e))) << "wgrad " << e;
+        EXPECT_TRUE(close_to(p.bgrads[e], ref_bgrad(p.dy, c.splits, e))) << "bgrad " << e;
+        if (c.splits[e] == 0) {
+          EXPECT_TRUE(p.wgrads[e].bit_equal(Tensor::zeros({c.out, c.in}, dt))) << e;
+          EXPECT_TRUE(p.bgrads[e].bit_equal(Tensor::zeros({c.out}, dt))) << e;
+        }
+      }
+    }
+  }
+}
+
+// F32 everywhere, and BF16 wherever the set widens (every operation without pair kernels; wgrad
+// and bgrad always): the AVX2 set's bits. Where BF16 runs on pair kernels, the emulated set gives
+// the model's bits, element by element (forward rows and dgrad rows of the experts on that path).
+TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
+  for (const Case& c : cases()) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)));
+      kernels::force_kernels(avx2_);
+      Problem want(c, dt, false);
+      want.run(c);
+      kernels::force_kernels(&*set_);
+      Problem got(c, dt, false);
+      got.run(c);
+      const bool pairs = dt == DType::BF16 && has_pairs();
+      for (size_t e = 0; e < c.splits.size(); ++e) {
+        EXPECT_TRUE(want.wgrads[e].bit_equal(got.wgrads[e])) << "wgrad " << e;
+        EXPECT_TRUE(want.bgrads[e].bit_equal(got.bgrads[e])) << "bgrad " << e;
+      }
+      const std::vector<int64_t> first = first_rows(c.splits);
+      for (size_t e = 0; e < c.splits.size(); ++e) {
+        const int64_t m = c.splits[e];
+        const bool fwd_pairs = kernels::forward_pairs(m, pairs, pairs);
+        const bool dgrad_pairs = kernels::dgrad_pairs(m, pairs, pairs);
+        for (int64_t r = first[e]; r < first[e] + m; ++r) {
+          if (!fwd_pairs) {
+            EXPECT_TRUE(want.y.select(r).bit_equal(got.y.select(r))) << "forward row " << r;
+          }
+          if (!dgrad_pairs) {
+            EXPECT_TRUE(want.dx.select(r).bit_equal(got.dx.select(r))) << "dgrad row " << r;
+          }
+          if (GetParam().native || (!fwd_pairs && !dgrad_pairs)) continue;
+          const auto* x = reinterpret_cast<const uint16_t*>(got.x.data()) + r * c.in;
+          const auto* w = reinterpret_cast<const uint16_t*>(got.weights[e].data());
+          const auto* y = reinterpret_cast<const uint16_t*>(got.y.data()) + r * c.out;
+          const auto* g = reinterpret_cast<const uint16_t*>(got.dy.data()) + r * c.out;
+          const auto* dx = reinterpret_cast<const uint16_t*>(got.dx.data()) + r * c.in;
+          for (int64_t o = 0; fwd_pairs && o < c.out; ++o) {
+            float v = model_pairs(GetParam().level, x, w + o * c.in, 1, c.in);
+            if (c.bias)
+              v += bf16_to_f32(reinterpret_cast<const uint16_t*>(got.biases[e].data())[o]);
+            ASSERT_EQ(f32_to_bf16(v), y[o]) << "forward row " << r << " col " << o;
+          }
+          for (int64_t k = 0; dgrad_pairs && k < c.in; ++k) {
+            const float v = model_pairs(GetParam().level, g, w + k, c.in, c.out);
+            ASSERT_EQ(f32_to_bf16(v), dx[k]) << "dgrad row " << r << " col " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The set's results depend only on the values, shapes and m_splits: 1 or 3 threads, separate or
+// stacked weights, and coarse or fine tilings give the same bits.
+TEST_P(KernelSetTest, SameBitsForThreadsLayoutsAndTilings) {
+  kernels::force_kernels(&*set_);
+  for (const Case& c : cases()) {
+    // The cases that reach every path (three runs each take 7 s per set at -O1 with ASan).
+    if (c.name != "odd_sizes" && c.name != "blocks" && c.name != "no_rows") continue;
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)));
+      kernels::set_num_threads(1);
+      Problem one(c, dt, false);
+      one.run(c);
+      kernels::set_num_threads(3);
+      Problem three(c, dt, false), stacked(c, dt, true);
+      three.run(c);
+      stacked.run(c);
+      expect_bit_equal(one, three, "3 threads");
+      expect_bit_equal(one, stacked, "stacked weights");
+      if (c.name != "blocks") continue;
+      // Forward and dgrad tile by tile, with tiles of 7 x 40 (off every grid of the register
+      // and AMX tiles) and of 12 x 48. (1 x 1 tiles, which kernels_test runs on the native set,
+      // take minutes on the tile emulator.)
+      for (kernels::TileShape shape :
+           {kernels::TileShape{7, 40, 1, 1}, kernels::TileShape{12, 48, 6, 16}}) {
+        kernels::ForwardArgs fw;
+        fw.x = {one.x.data(), dt, c.in};
+        fw.in_features = c.in;
+        fw.expert_rows = c.splits;
+        fw.first_row = first_rows(c.splits);
+        kernels::DgradArgs dg;
+        dg.dy = {one.dy.data(), dt, c.out};
+        dg.out_features = c.out;
+        dg.expert_rows = c.splits;
+        std::vector<kernels::ExpertBlock> fblocks, dblocks;
+        for (size_t e = 0; e < c.splits.size(); ++e) {
+          fw.weights.push_back({one.weights[e].data(), dt, c.in});
+          dg.weights.push_back({one.weights[e].data(), dt, c.in});
+          fblocks.push_back({fw.first_row[e], c.splits[e], c.out, c.in, 0, shape});
+          dblocks.push_back({fw.first_row[e], c.splits[e], c.in, c.out, 0, shape});
+        }
+        Tensor y = Tensor::zeros(one.y.shape(), dt), dx = Tensor::zeros(one.dx.shape(), dt);
+        fw.y = {y.mutable_data(), dt, c.out};
+        dg.dx = {dx.mutable_data(), dt, c.in};
+        const kernels::TilePlan fplan = kernels::plan_tiles(fblocks);
+        const kernels::TilePlan dplan = kernels::plan_tiles(dblocks);
+        std::vector<float> scratch(
+            std::max(kernels::scratch_floats(fplan), kernels::scratch_floats(dplan)) + 64);
+        float* aligned = scratch.data();
+        while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+        for (const kernels::Tile& t : fplan.tiles) kernels::forward_tile(fw, t, nullptr, aligned);
+        for (const kernels::Tile& t : dplan.tiles) kernels::dgrad_tile(dg, t, nullptr, aligned);
+        EXPECT_TRUE(y.bit_equal(one.y)) << "forward, tiles " << shape.rows << "x" << shape.cols;
+        EXPECT_TRUE(dx.bit_equal(one.dx)) << "dgrad, tiles " << shape.rows << "x" << shape.cols;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sets, KernelSetTest,
+    ::testing::Values(SetUnderTest{Level::kAvx512, false, "avx512f_emulated"},
+                      SetUnderTest{Level::kAvx512Bf16, false, "avx512bf16_emulated"},
+                      SetUnderTest{Level::kAmx, false, "amx_emulated"},
+                      SetUnderTest{Level::kAvx512, true, "avx512f_native"},
+                      SetUnderTest{Level::kAvx512Bf16, true, "avx512bf16_native"},
+                      SetUnderTest{Level::kAmx, true, "amx_native"}),
+    [](const ::testing::TestParamInfo<SetUnderTest>& info) { return info.param.name; });
+
+// The tile emulator refuses what the hardware faults on (tiles used unconfigured, TDPBF16PS
+// shapes that do not fit), so that the emulated AMX tests catch a kernel that configures or uses
+// its tiles wrongly.
+TEST(AmxEmulator, RefusesWhatTheHardwareFaultsOn) {
+  if (kernels::avx2_kernels() == nullptr) {
+    GTEST_SKIP() << "skipped: the emulator is built with AVX2+FMA, which this CPU lacks";
+  }
+  EXPECT_DEATH(kernels::emulated::emulated_tile_dpbf16ps(0, 4, 6), "without a configuration");
+  alignas(64) uint8_t config[64] = {1};
+  for (int t = 0; t < 3; ++t) {
+    config[16 + 2 * t] = 64;  // colsb
+    config[48 + t] = 16;      // rows
+  }
+  config[48 + 1] = 8;  // A with 8 rows against C with 16
+  EXPECT_DEATH(
+      {
+        kernels::emulated::emulated_tile_loadconfig(config);
+        kernels::emulated::emulated_tile_dpbf16ps(0, 1, 2);
+      },
+      "shapes do not fit");
+}
+
+}  // namespace
+}  // namespace grouplin::kernel_test
