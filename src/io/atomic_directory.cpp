@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <vector>
 
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
@@ -23,7 +24,25 @@ Error io_error(const std::string& what, int err) {
   return Error(ErrorCode::IoError, what + ": " + std::strerror(err));
 }
 
+// fsync of the file or folder at `path`; 0 or an errno value (EINVAL, a folder that cannot be
+// flushed, counts as done).
+int flush_path(const fs::path& path, bool folder) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (folder ? O_DIRECTORY : 0));
+  if (fd < 0) return errno;
+  const int err = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return err == EINVAL ? 0 : err;
+}
+
 }  // namespace
+
+int AtomicDirectory::DeferredFlush::flush(int fd) {
+  // Only a hint: a file system without it is flushed by commit() all the same.
+  (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  return 0;
+}
+
+int AtomicDirectory::DeferredFlush::flush_folder(const std::string&) noexcept { return 0; }
 
 std::unique_ptr<AtomicDirectory> AtomicDirectory::create(const std::string& path) {
   const fs::path target(path);
@@ -71,11 +90,23 @@ std::string AtomicDirectory::file(const std::string& relative) const {
 
 void AtomicDirectory::commit(bool replace) {
   if (committed_) throw Error(ErrorCode::IoError, "saving " + quote(path_) + ": commit() twice");
-  // The files inside were flushed by their writers; the folder's entries now.
-  if (int err = CommitCalls::system().flush_folder(temp_)) {
-    throw io_error("saving " + quote(path_) + ": flushing " + quote(temp_), err);
-  }
+  // Every file's data, then every folder's entries: after a crash past the rename, `path_` holds
+  // the whole new directory.
   std::error_code ec;
+  std::vector<fs::path> folders = {temp_};
+  for (fs::recursive_directory_iterator it(temp_, ec), end; !ec && it != end; it.increment(ec)) {
+    const bool folder = it->is_directory();
+    if (folder) folders.push_back(it->path());
+    if (int err = folder ? 0 : flush_path(it->path(), false)) {
+      throw io_error("saving " + quote(path_) + ": flushing " + quote(it->path().string()), err);
+    }
+  }
+  if (ec) throw Error(ErrorCode::IoError, "saving " + quote(path_) + ": " + ec.message());
+  for (const fs::path& f : folders) {
+    if (int err = flush_path(f, true)) {
+      throw io_error("saving " + quote(path_) + ": flushing " + quote(f.string()), err);
+    }
+  }
   const bool exists = fs::symlink_status(path_, ec).type() != fs::file_type::not_found;
   if (exists && !replace) {
     throw Error(ErrorCode::IoError, "saving " + quote(path_) + ": it exists (created meanwhile?)");

@@ -2,13 +2,22 @@
 // old directory or the whole new one, never a part (convert's sharded output).
 //
 //   auto dir = grouplin::detail::AtomicDirectory::create("out-model");  // .out-model.tmp.<pid>.<n>
-//   write_into(dir->file("model-00001-of-00002.safetensors"));           // any files, any order
-//   dir->commit(/*replace=*/false);  // fsync the folder, rename it to "out-model"
+//   auto f = grouplin::AtomicFile::create(dir->file("model.safetensors"), dir->deferred_flush());
+//   f->write(bytes);
+//   f->commit();                     // in place in the temporary directory, write-back started
+//   dir->commit(/*replace=*/false);  // fsync every file and folder, rename it to "out-model"
 //   // destroyed without commit(): the temporary directory and all it holds are removed
+//
+// Files are flushed all at once at the end, not one by one: their write-back runs meanwhile, in
+// the background. A 1 GiB directory of 5 shards on the dev machine (same run, fsync included):
+// each shard fsynced as it was finished, 0.80 of a plain `cp -r` + fsync; all at the end, see
+// docs/PERFORMANCE.md.
 #pragma once
 
 #include <memory>
 #include <string>
+
+#include "grouplin/file.hpp"
 
 namespace grouplin::detail {
 
@@ -25,17 +34,27 @@ class AtomicDirectory {
   const std::string& temp_path() const { return temp_; }
   // temp_path() / relative, creating the folders `relative` names.
   std::string file(const std::string& relative) const;
+  // Commit steps for AtomicFiles inside the directory: their flush only starts the write-back
+  // (sync_file_range), and their folder is not flushed; commit() below makes both durable.
+  CommitCalls& deferred_flush() { return deferred_; }
 
-  // Flushes the temporary directory and moves it to `path`: a rename when nothing is there; when
-  // `replace`, an atomic exchange with what is there (a directory or a file), which is removed
-  // afterwards. The rename is the commit point. Throws Error(IoError) naming `path` up to the
-  // rename (`path` is then untouched), never after it.
+  // Flushes every file and folder in the temporary directory (fsync) and moves it to `path`: a
+  // rename when nothing is there; when `replace`, an atomic exchange with what is there (a
+  // directory or a file), which is removed afterwards. The rename is the commit point. Throws
+  // Error(IoError) naming `path` up to the rename (`path` is then untouched), never after it.
   void commit(bool replace);
 
  private:
   AtomicDirectory(std::string path, std::string temp);
+  class DeferredFlush : public CommitCalls {
+   public:
+    int flush(int fd) override;
+    int flush_folder(const std::string& folder) noexcept override;
+  };
+
   std::string path_;
   std::string temp_;
+  DeferredFlush deferred_;
   bool committed_ = false;
 };
 

@@ -2,9 +2,7 @@
 // (a file, or a directory of shards) front to back from byte ranges of IN's files.
 #include "grouplin/convert.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -109,11 +107,12 @@ void write_pt_out(FileSink& sink, const detail::CheckpointSource& src,
   });
 }
 
-// Writes `tensors` as one file of `format` at `path` (atomically); returns its size.
+// Writes `tensors` as one file of `format` at `path` (atomically, committed with `calls`);
+// returns its size.
 uint64_t write_file(const std::string& path, const detail::CheckpointSource& src,
                     std::span<const PlannedTensor> tensors, CheckpointFormat format,
-                    Progress& progress) {
-  std::unique_ptr<AtomicFile> file = AtomicFile::create(path);
+                    Progress& progress, CommitCalls& calls = CommitCalls::system()) {
+  std::unique_ptr<AtomicFile> file = AtomicFile::create(path, calls);
   if (format == CheckpointFormat::Safetensors) {
     // A .pt file has no metadata; a safetensors one keeps the input's.
     write_safetensors_out(*file, src, tensors, src.metadata(), "saving " + quote(path), progress);
@@ -127,23 +126,17 @@ uint64_t write_file(const std::string& path, const detail::CheckpointSource& src
   return size;
 }
 
-// Copies the file at `from` to a new file at `to` (its bytes only), flushed. Throws IoError.
+// Copies the file at `from` (its bytes only, links followed) to a new file at `to`. Throws
+// IoError.
 uint64_t copy_plain_file(const std::string& from, const std::string& to) {
   std::error_code ec;
-  std::filesystem::copy_file(from, to, ec);  // follows a link at `from`
+  std::filesystem::copy_file(from, to, ec);
+  const uint64_t size = ec ? 0 : std::filesystem::file_size(to, ec);
   if (ec) {
     throw Error(ErrorCode::IoError,
                 "copying " + quote(from) + " to " + quote(to) + ": " + ec.message());
   }
-  const int fd = ::open(to.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || CommitCalls::system().flush(fd) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    throw Error(ErrorCode::IoError,
-                "copying " + quote(from) + ": flushing " + quote(to) + ": " + std::strerror(err));
-  }
-  ::close(fd);
-  return std::filesystem::file_size(to, ec);
+  return size;
 }
 
 // Writes OUT as a directory: shards of the plan's tensors in Hugging Face's naming, the index
@@ -170,7 +163,8 @@ void write_directory(const std::string& out, const detail::CheckpointSource& src
       *index.total_size += plan.tensors[k].nbytes();
       parameters += static_cast<uint64_t>(shape_numel(plan.tensors[k].shape));
     }
-    report.file_bytes += write_file(dir->file(name), src, tensors, format, progress);
+    report.file_bytes +=
+        write_file(dir->file(name), src, tensors, format, progress, dir->deferred_flush());
     report.output_files.push_back(name);
   }
   // One shard is written as a plain model file, without an index, as transformers does.
@@ -180,7 +174,7 @@ void write_directory(const std::string& out, const detail::CheckpointSource& src
     std::sort(index.weight_map.begin(), index.weight_map.end());
     const std::string text = shard_index_json(index);
     const std::string name = shard_index_file_name(format);
-    std::unique_ptr<AtomicFile> file = AtomicFile::create(dir->file(name));
+    std::unique_ptr<AtomicFile> file = AtomicFile::create(dir->file(name), dir->deferred_flush());
     file->write(std::as_bytes(std::span(text.data(), text.size())));
     file->commit();
     report.file_bytes += text.size();
