@@ -2,11 +2,15 @@
 """bench/convert.py: checkpoint conversion throughput and memory, side by side with plain copies
 and PyTorch, in one run.
 
-Builds a synthetic MoE checkpoint (per-expert safetensors, default 1 GiB, 64 experts per layer),
-then times, in interleaved rounds on the same file and filesystem:
+Builds a synthetic MoE checkpoint (per-expert safetensors, default 1 GiB, 64 experts per layer)
+and a Hugging Face-style sharded directory of the same size (Qwen-style module lists, every
+expert's three projections in three different shards, an index, config.json), then times, in
+interleaved rounds on the same filesystem:
 
   cp IN OUT                 and   cat IN > OUT          for each input file, then fsync(OUT)
-  grouplin convert          per-expert -> single and single -> per-expert, safetensors and .pt
+  cp -r DIR OUT             and   cat of each file      for each input directory, then fsync
+  grouplin convert          per-expert -> single and single -> per-expert, safetensors and .pt;
+                            the directory: module lists -> fused experts and back, sharded
   PyTorch 1.13              load + torch.stack / unbind + save (safetensors.torch and torch.save)
 
 (jobs in a new random order each round) and reports seconds (median of the rounds), GB/s, the
@@ -19,6 +23,7 @@ baseline is a plain copy followed by fsync(OUT); the plain copies' times without
 too. Keep the files within the page cache (RAM > 5x the size) for warm-cache figures.
 
   .venv/bin/python bench/convert.py                      # 1 GiB, 7 rounds
+  .venv/bin/python bench/convert.py --cases sharded --no-torch   # the directory cases only
   .venv/bin/python bench/convert.py --size-gib 4 --rounds 5 --no-torch --json out.json
 Run it on a quiet machine (the load average is printed before and after).
 """
@@ -130,6 +135,78 @@ def make_checkpoint(path, size_gib, experts, out_features, in_features, bias):
     return layers, offset
 
 
+def write_safetensors(path, entries, metadata=None, chunk=None):
+    """A safetensors file of `entries` (name, dtype, shape, nbytes) with random bytes, in
+    GroupLin's (and the reference's) order: by dtype size, then name."""
+    size_rank = {"F32": 0, "BF16": 1}
+    entries = sorted(entries, key=lambda e: (size_rank[e[1]], e[0]))
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    chunk = chunk or os.urandom(8 << 20)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        left = offset
+        while left:
+            n = min(left, len(chunk))
+            f.write(chunk[:n])
+            left -= n
+        f.flush()
+        os.fsync(f.fileno())  # clean pages (see make_checkpoint)
+    return offset
+
+
+def make_hf_dir(path, size_gib, experts, hidden, inter, shards):
+    """A Hugging Face MoE directory of Qwen-style module lists (BF16), tensor k in shard
+    k % shards so that every expert spans three shards; index and config.json as downloaded."""
+    os.makedirs(path)
+    expert_bytes = 3 * hidden * inter * 2
+    layers = max(1, round(size_gib * (1 << 30) / (experts * expert_bytes)))
+    entries = [("model.embed_tokens.weight", "BF16", [1024, hidden], 1024 * hidden * 2)]
+    for l in range(layers):
+        p = f"model.layers.{l}.mlp."
+        entries.append((p + "gate.weight", "BF16", [experts, hidden], experts * hidden * 2))
+        for e in range(experts):
+            for name, shape in (("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]),
+                                ("down_proj", [hidden, inter])):
+                entries.append((f"{p}experts.{e}.{name}.weight", "BF16", shape, hidden * inter * 2))
+        entries.append((f"model.layers.{l}.post_attention_layernorm.weight", "F32", [hidden],
+                        hidden * 4))
+    names = [f"model-{s + 1:05d}-of-{shards:05d}.safetensors" for s in range(shards)]
+    parts = [[] for _ in range(shards)]
+    weight_map = {}
+    for k, e in enumerate(entries):
+        parts[k % shards].append(e)
+        weight_map[e[0]] = names[k % shards]
+    chunk = os.urandom(8 << 20)
+    total = sum(write_safetensors(os.path.join(path, n), part, {"format": "pt"}, chunk)
+                for n, part in zip(names, parts))
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        f.write(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
+                           indent=2, sort_keys=True) + "\n")
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen3_moe", "num_experts": experts, "hidden_size": hidden,
+                   "moe_intermediate_size": inter}, f)
+    return layers, total
+
+
+def dir_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+
+
+def fsync_tree(path):
+    """fsync of every file of a directory (or the file), as grouplin does for each it writes."""
+    if not os.path.isdir(path):
+        return fsync_file(path)
+    return sum(fsync_file(os.path.join(path, n)) for n in os.listdir(path))
+
+
 TORCH_JOB = r"""
 import sys, torch
 from safetensors.torch import load_file, save_file
@@ -176,6 +253,9 @@ def main():
                     help="also time grouplin with OPENBLAS_NUM_THREADS=1 (the CLI links OpenBLAS "
                          "for its bench command; OpenBLAS's idle worker thread spins a while "
                          "after start, taking a core from the copy)")
+    ap.add_argument("--cases", choices=["files", "sharded", "all"], default="all",
+                    help="single files, the sharded directory, or both (default)")
+    ap.add_argument("--shards", type=int, default=4, help="shards of the sharded input")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
 
@@ -234,6 +314,38 @@ def main():
                                   env=env),
                               key, False))
 
+        if args.cases == "sharded":
+            cases = []
+        sizes = {key: os.path.getsize(p) for key, p in inputs.items()}
+        if args.cases != "files":
+            # The same size in a Hugging Face layout (hidden 2048, expert size 768, as
+            # Qwen3-30B-A3B), and its fused form as GroupLin writes it.
+            hf = os.path.join(work, "hf")
+            hf_layers, _ = make_hf_dir(hf, args.size_gib, args.experts, 2048, 768, args.shards)
+            shard = str(-(-dir_bytes(hf) // args.shards)) + "B"  # as large as the input's shards
+            fused = os.path.join(work, "fused")
+            subprocess.run([gl, "convert", hf, fused, "--layout", "single", "--max-shard-size",
+                            shard, "--quiet"], check=True)
+            print(f"directory: {dir_bytes(hf) / 1e9:.2f} GB, {hf_layers} layers x "
+                  f"{args.experts} experts, {args.shards} shards; fused: "
+                  f"{len(os.listdir(fused))} files", flush=True)
+            dirs = {"hf-dir": hf, "fused-dir": fused}
+            for key, d in dirs.items():
+                sizes[key] = dir_bytes(d)
+                cases.append((f"cp -r {key}", lambda d=d: measure(["cp", "-r", d, out]), key, True))
+                cases.append((f"cat {key}/*", lambda d=d: measure(
+                    f"mkdir '{out}' && for f in '{d}'/*; do cat \"$f\" > '{out}'/\"${{f##*/}}\"; "
+                    "done", shell=True), key, True))
+            for name, key, layout in [("module lists -> fused, sharded directory", "hf-dir",
+                                       "single"),
+                                      ("fused -> module lists, sharded directory", "fused-dir",
+                                       "per-expert")]:
+                cases.append((f"grouplin {name}",
+                              lambda a=dirs[key], layout=layout: measure(
+                                  [gl, "convert", a, out, "--layout", layout, "--max-shard-size",
+                                   shard, "--quiet"]),
+                              key, False))
+
         results = {name: {"seconds": [], "fsync": [], "rss": [], "input": key, "plain": plain}
                    for name, _, key, plain in cases}
         rng = random.Random(1)
@@ -244,16 +356,19 @@ def main():
                 for ext in (".safetensors", ".pt"):
                     if os.path.exists(out + ext):
                         os.remove(out + ext)
+                shutil.rmtree(out, ignore_errors=True)
                 seconds, rss = run()
-                written = out + (".pt" if os.path.exists(out + ".pt") else ".safetensors")
-                synced = fsync_file(written) if plain else 0.0
+                written = out
+                if not os.path.isdir(out):
+                    written = out + (".pt" if os.path.exists(out + ".pt") else ".safetensors")
+                synced = fsync_tree(written) if plain else 0.0
                 if r >= 0:
                     results[name]["seconds"].append(seconds)
                     results[name]["rss"].append(rss)
                     results[name]["fsync"].append(synced)
             print(f"round {r + 1}/{args.rounds} done", flush=True)
 
-        if not args.no_torch:
+        if not args.no_torch and args.cases != "sharded":
             job = os.path.join(work, "torch_job.py")
             with open(job, "w") as f:
                 f.write(TORCH_JOB)
@@ -284,8 +399,11 @@ def main():
         low_sync = {k: min(s + f for s, f in zip(v["seconds"], v["fsync"]))
                     for k, v in results.items()}
         # The faster plain copy (+ fsync) of each input file, by median and by best round.
-        best = {key: min(med_sync[f"cp {key}"], med_sync[f"cat {key}"]) for key in inputs}
-        best_low = {key: min(low_sync[f"cp {key}"], low_sync[f"cat {key}"]) for key in inputs}
+        keys = {v["input"] for v in results.values()}
+        plain = {key: [k for k, v in results.items() if v["plain"] and v["input"] == key]
+                 for key in keys}
+        best = {key: min(med_sync[k] for k in plain[key]) for key in keys}
+        best_low = {key: min(low_sync[k] for k in plain[key]) for key in keys}
         largest_tensor = args.experts * args.out_features * args.in_features * 2
         print(f"\nload average before {' '.join(load_before)}, after {' '.join(load_after)}")
         print(f"file {size / 1e9:.3f} GB; largest output tensor {largest_tensor / 2**20:.0f} MiB; "
@@ -299,6 +417,7 @@ def main():
             rss = max(v["rss"])
             ratio = best[v["input"]] / t
             low = low_sync[name]
+            size = sizes[v["input"]]
             row = {"job": name, "input": v["input"], "seconds": t, "gb_per_s": size / t / 1e9,
                    "ratio_to_best_plain_copy": ratio, "best_round_seconds": low,
                    "best_round_ratio": best_low[v["input"]] / low, "peak_rss_anon_mib": rss,
@@ -312,7 +431,8 @@ def main():
             f"{name} {med[name]:.3f} s" for name, v in results.items() if v["plain"]))
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"file_bytes": size, "layers": layers, "experts": args.experts,
+                json.dump({"file_bytes": os.path.getsize(src), "input_bytes": sizes,
+                           "layers": layers, "experts": args.experts,
                            "largest_tensor_bytes": largest_tensor, "rounds": args.rounds,
                            "load_before": load_before, "load_after": load_after,
                            "rows": rows}, f, indent=2)

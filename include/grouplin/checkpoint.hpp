@@ -1,7 +1,9 @@
 // Checkpoint files of either format, chosen by content when reading and by request or file
-// extension when writing.
+// extension when writing; a checkpoint read may also be a directory of shards
+// (sharded_checkpoint.hpp).
 //
 //   grouplin::Checkpoint c = grouplin::load_checkpoint("model.pt");   // or .safetensors
+//   grouplin::Checkpoint m = grouplin::load_checkpoint("Mixtral-8x7B");  // every shard, mapped
 //   if (c.format == grouplin::CheckpointFormat::Pt) std::cout << c.tensors.size() << " tensors\n";
 //   grouplin::save_checkpoint("model.safetensors", c.tensors);        // format from the extension
 //   grouplin::save_checkpoint("out.bin", c.tensors, grouplin::CheckpointFormat::Pt);
@@ -11,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "grouplin/state_dict.hpp"
 
@@ -32,17 +35,24 @@ CheckpointFormat detect_format(const std::string& path);
 // Hugging Face's pytorch_model.bin) -> Pt; compared case-insensitively. nullopt for any other.
 std::optional<CheckpointFormat> format_for_extension(const std::string& path);
 
-// A loaded checkpoint. `metadata` is the safetensors "__metadata__" map; always empty for .pt
-// files, which have no such thing.
+// A loaded checkpoint. `metadata` is the safetensors "__metadata__" map (of a directory: the
+// entries all its shards agree on); always empty for .pt files, which have no such thing.
 struct Checkpoint {
   StateDict tensors;
   std::map<std::string, std::string> metadata;
   CheckpointFormat format = CheckpointFormat::Safetensors;
+  // For a directory: config.json's model_type ("" when it names none; detect_rules and
+  // LoadOptions take it) and the shard files read, relative to the directory.
+  std::string model_type;
+  std::vector<std::string> shards;
 };
 
-// Detects the format by content (the extension is ignored) and loads the file with
-// load_safetensors or load_pt: tensors are zero-copy views of the mapping, which they keep alive.
-// Throws what detect_format and that loader throw (messages name the file).
+// Loads a file (format detected by content, the extension ignored) with load_safetensors or
+// load_pt, or a directory of shards as one state dict, checked against its index
+// (sharded_checkpoint.hpp; its tensors in natural key order: layers.2 before layers.10). Tensors
+// are zero-copy read-only views of the mappings, which they keep alive (misaligned ones excepted:
+// copied). Throws what detect_format and the loaders throw (messages name the file), and for a
+// directory the errors listed in sharded_checkpoint.hpp.
 Checkpoint load_checkpoint(const std::string& path);
 
 // Writes `tensors` atomically (temporary file, fsync, rename) with save_safetensors or save_pt.

@@ -1,4 +1,5 @@
-// Comparing the values of two checkpoints, whatever their layouts and formats.
+// Comparing the values of two checkpoints, whatever their layouts and formats, files or sharded
+// directories.
 //
 //   grouplin::CompareReport r = grouplin::compare_checkpoints("a.pt", "b.safetensors");
 //   if (!r.same) for (const std::string& line : r.differences) std::cout << line << "\n";
@@ -27,7 +28,8 @@ struct CompareOptions {
   size_t max_listed = 10;
   // How grouped modules are named in both files (layout_rules.hpp); empty: detected per file.
   std::vector<LayoutRules> rules{};
-  std::string model_type{};  // config.json's model_type, for detection
+  // config.json's model_type, for detection; empty: each input directory's own config.json.
+  std::string model_type{};
 };
 
 struct CompareReport {
@@ -36,6 +38,8 @@ struct CompareReport {
   CheckpointFormat format_b = CheckpointFormat::Safetensors;
   std::vector<GroupedModule> modules_a;  // as found, in each file's own layout
   std::vector<GroupedModule> modules_b;
+  size_t shards_a = 0;  // shard files of a directory; 0 for a single file
+  size_t shards_b = 0;
   size_t tensors_compared = 0;  // entries present in both, per-expert form
   uint64_t bytes_compared = 0;
   // Entries that differ: present in one file only, another dtype or shape, or other values.
@@ -46,9 +50,9 @@ struct CompareReport {
   std::vector<std::string> differences;
 };
 
-// Compares the checkpoints at `a` and `b` (see above). Throws Error for a file that cannot be
-// read or fails validation, or whose grouped modules are inconsistent (the codes of
-// load_checkpoint and scan_grouped_modules, messages naming the file).
+// Compares the checkpoints at `a` and `b` (files or directories; see above). Throws Error for a
+// file or directory that cannot be read or fails validation, or whose grouped modules are
+// inconsistent (the codes of load_checkpoint and scan_grouped_modules, messages naming the file).
 CompareReport compare_checkpoints(const std::string& a, const std::string& b,
                                   const CompareOptions& options = {});
 

@@ -62,6 +62,13 @@ namespace grouplin {
   X(Truncated)                  \
   /* Stopped by the caller. */  \
   X(Interrupted)                \
+  /* Sharded directories. */    \
+  X(InvalidIndex)               \
+  X(UnsafePath)                 \
+  X(ShardMissing)               \
+  X(TensorNotInShard)           \
+  X(TensorNotInIndex)           \
+  X(TotalSizeMismatch)          \
   /* safetensors. */            \
   X(HeaderTooLarge)             \
   X(HeaderPastEnd)              \

@@ -25,6 +25,7 @@
 #include "grouplin/pt_file.hpp"
 #include "grouplin/runtime.hpp"
 #include "grouplin/safetensors.hpp"
+#include "grouplin/sharded_checkpoint.hpp"
 #include "grouplin/state_dict.hpp"
 #include "grouplin/storage.hpp"
 #include "grouplin/tensor.hpp"

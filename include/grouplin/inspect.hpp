@@ -20,18 +20,32 @@ namespace grouplin {
 
 struct CheckpointSummary {
   CheckpointFormat format = CheckpointFormat::Safetensors;
-  uint64_t file_bytes = 0;
-  StateDict tensors;  // in file order; views of a read-only mapping (not read by this call)
-  std::map<std::string, std::string> metadata;  // safetensors "__metadata__"
+  uint64_t file_bytes = 0;  // of the file, or of all the shards
+  // In file order (a directory: natural key order, layers.2 before layers.10); views of
+  // read-only mappings (not read by this call).
+  StateDict tensors;
+  // safetensors "__metadata__"; of a directory, the entries all its shards agree on.
+  std::map<std::string, std::string> metadata;
   GroupedScan scan;  // grouped modules, and the problems of inconsistent ones
+  // For a directory (sharded_checkpoint.hpp): its index ("" when it has none), its shards, its
+  // other files, the weight files and entries that are not its shards, config.json's model_type;
+  // all names relative to the directory.
+  bool directory = false;
+  std::string index_file;
+  std::vector<std::string> shards;
+  std::vector<std::string> other_files;
+  std::vector<std::string> skipped_files;
+  std::string model_type;
 };
 
 // Shares no state: any number of calls may run at once.
-// Validates the checkpoint at `path` with its format's reader and scans it for grouped modules,
+// Validates the checkpoint at `path` (a file, or a directory of shards) with its format's reader
+// and scans it for grouped modules,
 // reading only what the reader needs (headers, the .pt pickle and zip directory); no read-ahead
 // of tensor data is started. Inconsistent expert sets are reported in scan.problems, not thrown.
 // Throws Error(IoError), Error(UnknownFormat) and the readers' errors, naming the file.
-// `rules` as in scan_grouped_modules (empty: detected from the keys and `model_type`).
+// Also the directory errors of sharded_checkpoint.hpp. `rules` as in scan_grouped_modules
+// (empty: detected from the keys and `model_type`, or a directory's config.json when empty).
 CheckpointSummary inspect_checkpoint(const std::string& path,
                                      const std::vector<LayoutRules>& rules = {},
                                      std::string_view model_type = "");

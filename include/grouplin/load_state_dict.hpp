@@ -43,6 +43,9 @@ struct LoadOptions {
   // keys. Through Hugging Face rules a module list or transformers v5's fused experts load into
   // GroupedLinears named after the fused tensors: P.gate_up_proj (out = 2I) and P.down_proj.
   std::vector<LayoutRules> rules{};
+  // config.json's model_type (Checkpoint::model_type of a directory), for detecting the rules of
+  // fused experts whose keys do not tell the family ("mixtral": hf-mixtral).
+  std::string model_type{};
   // Load experts [begin, end) of every grouped module of the source into modules of
   // end - begin experts (one rank of an expert-parallel job): only those experts' bytes are read.
   std::optional<ExpertRange> experts{};

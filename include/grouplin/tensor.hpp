@@ -79,9 +79,10 @@ class Tensor {
   // False for undefined tensors, for read-only storage (a file mapping) and for read_only()
   // views: then mutable_data(), copy_from() and zero() throw Error(ReadOnlyTensor).
   bool writable() const { return storage_ && storage_->writable() && !read_only_; }
-  // This view, with every write through it (or through views made from it) refused. How bytes
-  // that belong to someone else are handed out: a module that borrowed a caller's tensor
-  // (load_state_dict with assign=true) shows only read-only views of it.
+  // This view, with every write through it (or through views made from it) refused: its storage()
+  // is a read-only alias of this one's (Storage::wrap, keeping it alive), so no path from it
+  // writes. How bytes that belong to someone else are handed out: a module that borrowed a
+  // caller's tensor (load_state_dict with assign=true) shows only read-only views of it.
   Tensor read_only() const;
 
   // View of slice i along dimension 0 (rank drops by one). Throws Error(OutOfBounds).
@@ -102,7 +103,8 @@ class Tensor {
   // Sets every byte to zero.
   void zero();
 
-  // True when both view the same bytes of the same storage (same offset, same size).
+  // True when both view the same bytes (same address, same size), through one storage or a
+  // read-only alias of it (read_only()).
   bool same_view(const Tensor& other) const;
   // True when the values are bit-identical (same dtype, shape and bytes).
   bool bit_equal(const Tensor& other) const;

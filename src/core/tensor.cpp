@@ -135,6 +135,11 @@ std::byte* Tensor::mutable_data() {
 Tensor Tensor::read_only() const {
   Tensor t = *this;
   t.read_only_ = true;
+  // A read-only alias of the storage, keeping it alive: what storage() hands out then refuses
+  // writes too (Storage::mutable_data, Tensor::view_of over it), not only this view.
+  if (storage_ && storage_->writable()) {
+    t.storage_ = Storage::wrap(storage_->data(), storage_->size(), storage_);
+  }
   return t;
 }
 
@@ -199,7 +204,8 @@ void Tensor::zero() {
 }
 
 bool Tensor::same_view(const Tensor& other) const {
-  return storage_ == other.storage_ && offset_ == other.offset_ && nbytes() == other.nbytes();
+  // The bytes, not the Storage object: a read_only() view aliases its source's storage.
+  return defined() == other.defined() && data() == other.data() && nbytes() == other.nbytes();
 }
 
 bool Tensor::bit_equal(const Tensor& other) const {

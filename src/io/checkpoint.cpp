@@ -9,6 +9,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "io/checkpoint_source.hpp"
 
 namespace grouplin {
 namespace {
@@ -67,6 +68,18 @@ std::optional<CheckpointFormat> format_for_extension(const std::string& path) {
 
 Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint c;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    // Every shard mapped, typed views (misaligned tensors copied, as load_safetensors does).
+    std::unique_ptr<detail::CheckpointSource> src =
+        detail::CheckpointSource::open(path, {}, /*aligned_views=*/true);
+    c.tensors = src->tensors();
+    c.metadata = src->metadata();
+    c.format = src->format();
+    c.model_type = src->model_type();
+    c.shards = src->directory()->shards;
+    return c;
+  }
   c.format = detect_format(path);
   if (c.format == CheckpointFormat::Pt) {
     c.tensors = load_pt(path);

@@ -92,8 +92,10 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
   Canonical c;
   c.src = detail::CheckpointSource::open(path, pt);
   try {
-    c.plan = plan_conversion(c.src->tensors(), ExpertLayout::PerExpert,
-                             {options.rules, options.model_type, std::nullopt});
+    c.plan = plan_conversion(
+        c.src->tensors(), ExpertLayout::PerExpert,
+        {options.rules, options.model_type.empty() ? c.src->model_type() : options.model_type,
+         std::nullopt});
   } catch (const Error& e) {
     throw Error(e.code(), "reading " + quote(path) + ": " + e.message());
   }
@@ -143,6 +145,8 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
   r.format_b = b.src->format();
   r.modules_a = a.plan.modules;
   r.modules_b = b.plan.modules;
+  r.shards_a = a.src->directory() ? a.src->files().size() : 0;
+  r.shards_b = b.src->directory() ? b.src->files().size() : 0;
   auto differ = [&](const std::string& name, const std::string& what) {
     r.same = false;
     if (r.differing++ < options.max_listed) r.differences.push_back(quote(name) + ": " + what);

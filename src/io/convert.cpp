@@ -1,16 +1,20 @@
 // Streaming checkpoint conversion (see grouplin/convert.hpp): plan everything, then write OUT
-// front to back from byte ranges of IN.
+// (a file, or a directory of shards) front to back from byte ranges of IN's files.
 #include "grouplin/convert.hpp"
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "grouplin/sharded_checkpoint.hpp"
+#include "io/atomic_directory.hpp"
 #include "io/checkpoint_source.hpp"
 #include "io/pt_writer.hpp"
 #include "io/tensor_stream.hpp"
@@ -45,12 +49,12 @@ class Progress {
 };
 
 void write_safetensors_out(FileSink& sink, const detail::CheckpointSource& src,
-                           const ConversionPlan& plan,
+                           std::span<const PlannedTensor> tensors,
                            const std::map<std::string, std::string>& metadata,
                            const std::string& context, Progress& progress) {
   std::vector<SafetensorsEntry> entries;
-  entries.reserve(plan.tensors.size());
-  for (const PlannedTensor& t : plan.tensors) entries.push_back({t.name, t.dtype, t.shape, 0, 0});
+  entries.reserve(tensors.size());
+  for (const PlannedTensor& t : tensors) entries.push_back({t.name, t.dtype, t.shape, 0, 0});
   const SafetensorsWritePlan layout = plan_safetensors_write(std::move(entries), metadata, context);
 
   std::byte length[8];
@@ -64,24 +68,24 @@ void write_safetensors_out(FileSink& sink, const detail::CheckpointSource& src,
   std::vector<uint64_t> offsets;
   offsets.reserve(layout.entries.size());
   for (const SafetensorsEntry& e : layout.entries) offsets.push_back(data_start + e.begin);
-  detail::TensorStream stream(src, plan.tensors, layout.order, std::move(offsets),
-                              /*crc=*/false);
+  detail::TensorStream stream(src, tensors, layout.order, std::move(offsets), /*crc=*/false);
   stream.drain(layout.data_size, [&](std::span<const std::byte> bytes) {
     sink.write(bytes);
     progress.advance(bytes.size());
   });
 }
 
-void write_pt_out(FileSink& sink, const detail::CheckpointSource& src, const ConversionPlan& plan,
-                  const std::string& context, Progress& progress) {
+void write_pt_out(FileSink& sink, const detail::CheckpointSource& src,
+                  std::span<const PlannedTensor> tensors_out, const std::string& context,
+                  Progress& progress) {
   // One record per tensor, numbered in dict order, as save_pt writes tensors that share nothing.
   std::vector<detail::PtTensorSpec> tensors;
   std::vector<detail::PtRecordSpec> records;
   std::vector<size_t> order;
-  tensors.reserve(plan.tensors.size());
-  records.reserve(plan.tensors.size());
-  for (size_t k = 0; k < plan.tensors.size(); ++k) {
-    const PlannedTensor& t = plan.tensors[k];
+  tensors.reserve(tensors_out.size());
+  records.reserve(tensors_out.size());
+  for (size_t k = 0; k < tensors_out.size(); ++k) {
+    const PlannedTensor& t = tensors_out[k];
     tensors.push_back({t.name, t.dtype, t.shape, k, 0});
     records.push_back({std::to_string(k), t.nbytes()});
     order.push_back(k);
@@ -92,7 +96,7 @@ void write_pt_out(FileSink& sink, const detail::CheckpointSource& src, const Con
   std::vector<uint64_t> offsets;
   offsets.reserve(records.size());
   for (size_t k = 0; k < records.size(); ++k) offsets.push_back(archive.record_data_offset(k));
-  detail::TensorStream stream(src, plan.tensors, std::move(order), std::move(offsets),
+  detail::TensorStream stream(src, tensors_out, std::move(order), std::move(offsets),
                               /*crc=*/true);
   archive.write(sink, [&](size_t k, zip::ZipWriter& zip) -> std::optional<uint32_t> {
     stream.drain(records[k].nbytes, [&](std::span<const std::byte> bytes) {
@@ -103,28 +107,134 @@ void write_pt_out(FileSink& sink, const detail::CheckpointSource& src, const Con
   });
 }
 
-// Refuses OUT when it is IN, or exists and may not be replaced.
+// Writes `tensors` as one file of `format` at `path` (atomically, committed with `calls`);
+// returns its size.
+uint64_t write_file(const std::string& path, const detail::CheckpointSource& src,
+                    std::span<const PlannedTensor> tensors, CheckpointFormat format,
+                    Progress& progress, CommitCalls& calls = CommitCalls::system()) {
+  std::unique_ptr<AtomicFile> file = AtomicFile::create(path, calls);
+  if (format == CheckpointFormat::Safetensors) {
+    // A .pt file has no metadata; a safetensors one keeps the input's.
+    write_safetensors_out(*file, src, tensors, src.metadata(), "saving " + quote(path), progress);
+  } else {
+    write_pt_out(*file, src, tensors, "saving " + quote(path), progress);
+  }
+  const uint64_t size = file->position();
+  // A failure to flush the folder after the rename is not reported (folder_flush_error()): the
+  // file is whole and in place, and the OS writes the folder entry back on its own.
+  file->commit();
+  return size;
+}
+
+// Copies the file at `from` (its bytes only, links followed) to a new file at `to`. Throws
+// IoError.
+uint64_t copy_plain_file(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  std::filesystem::copy_file(from, to, ec);
+  const uint64_t size = ec ? 0 : std::filesystem::file_size(to, ec);
+  if (ec) {
+    throw Error(ErrorCode::IoError,
+                "copying " + quote(from) + " to " + quote(to) + ": " + ec.message());
+  }
+  return size;
+}
+
+// Writes OUT as a directory: shards of the plan's tensors in Hugging Face's naming, the index
+// when there are several, and every other file of an input directory unchanged.
+void write_directory(const std::string& out, const detail::CheckpointSource& src,
+                     const ConversionPlan& plan, CheckpointFormat format, uint64_t max_shard_size,
+                     bool replace, Progress& progress, ConvertReport& report) {
+  std::unique_ptr<detail::AtomicDirectory> dir = detail::AtomicDirectory::create(out);
+  std::vector<uint64_t> sizes;
+  sizes.reserve(plan.tensors.size());
+  for (const PlannedTensor& t : plan.tensors) sizes.push_back(t.nbytes());
+  const std::vector<std::vector<size_t>> shards = plan_shards(sizes, max_shard_size);
+
+  ShardIndex index;
+  index.total_size = 0;
+  uint64_t parameters = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = shard_file_name(format, s, shards.size());
+    std::vector<PlannedTensor> tensors;
+    tensors.reserve(shards[s].size());
+    for (size_t k : shards[s]) {
+      tensors.push_back(plan.tensors[k]);
+      index.weight_map.emplace_back(plan.tensors[k].name, name);
+      *index.total_size += plan.tensors[k].nbytes();
+      parameters += static_cast<uint64_t>(shape_numel(plan.tensors[k].shape));
+    }
+    report.file_bytes +=
+        write_file(dir->file(name), src, tensors, format, progress, dir->deferred_flush());
+    report.output_files.push_back(name);
+  }
+  // One shard is written as a plain model file, without an index, as transformers does.
+  if (shards.size() > 1) {
+    const detail::CheckpointDir* in_dir = src.directory();
+    if (in_dir && in_dir->index.total_parameters) index.total_parameters = parameters;
+    std::sort(index.weight_map.begin(), index.weight_map.end());
+    const std::string text = shard_index_json(index);
+    const std::string name = shard_index_file_name(format);
+    std::unique_ptr<AtomicFile> file = AtomicFile::create(dir->file(name), dir->deferred_flush());
+    file->write(std::as_bytes(std::span(text.data(), text.size())));
+    file->commit();
+    report.file_bytes += text.size();
+    report.output_files.push_back(name);
+  }
+  if (const detail::CheckpointDir* in_dir = src.directory()) {
+    for (const std::string& f : in_dir->other_files) {
+      report.copied_bytes += copy_plain_file(in_dir->file(f), dir->file(f));
+      report.copied_files.push_back(f);
+    }
+    report.skipped_files = in_dir->skipped;
+  }
+  dir->commit(replace);
+}
+
+// `p` made absolute and free of "." and ".." (links resolved where it exists).
+std::filesystem::path resolved(const std::string& p) {
+  std::error_code ec;
+  std::filesystem::path r = std::filesystem::weakly_canonical(p, ec);
+  return ec ? std::filesystem::absolute(p).lexically_normal() : r;
+}
+
+bool is_within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return o == outer.end();
+}
+
+// Refuses OUT when it is IN (or one of its files), lies inside an input directory, or holds
+// one of the input's files (replacing it would delete them), or exists and may not be replaced.
 void check_output(const std::string& in, const std::string& out,
-                  const detail::CheckpointSource& src, bool overwrite) {
+                  const detail::CheckpointSource& src, bool directory_out, bool overwrite) {
+  const std::string context = "converting " + quote(in) + ": the output " + quote(out);
+  const std::filesystem::path out_path = resolved(out);
+  if (src.directory() && is_within(out_path, resolved(in))) {
+    throw Error(ErrorCode::InvalidArgument,
+                context + " is the input directory or inside it; expected a place outside it");
+  }
+  for (const detail::CheckpointSource::File& f : src.files()) {
+    if (is_within(resolved(f.path), out_path) && resolved(f.path) != out_path) {
+      throw Error(ErrorCode::InvalidArgument,
+                  context + " holds the input file " + quote(f.path) +
+                      "; replacing it would delete the input, refusing");
+    }
+  }
   struct stat st;
   if (::stat(out.c_str(), &st) != 0) {
     if (errno == ENOENT) return;
-    throw Error(ErrorCode::IoError, "converting " + quote(in) + ": checking " + quote(out) + ": " +
-                                        std::strerror(errno));
+    throw Error(ErrorCode::IoError, context + ": " + std::strerror(errno));
   }
-  if (st.st_dev == src.device() && st.st_ino == src.inode()) {
-    throw Error(ErrorCode::InvalidArgument, "converting " + quote(in) + ": the output " +
-                                                quote(out) +
-                                                " is the input file; refusing to overwrite it");
+  if (src.holds_file(st.st_dev, st.st_ino)) {
+    throw Error(ErrorCode::InvalidArgument,
+                context + " is " + (src.directory() ? "a file of the input" : "the input file") +
+                    "; refusing to overwrite it");
   }
-  if (!S_ISREG(st.st_mode)) {
-    throw Error(ErrorCode::InvalidArgument, "converting " + quote(in) + ": the output " +
-                                                quote(out) + " exists and is not a regular file");
+  if (!directory_out && !S_ISREG(st.st_mode)) {
+    throw Error(ErrorCode::InvalidArgument, context + " exists and is not a regular file");
   }
   if (!overwrite) {
     throw Error(ErrorCode::InvalidArgument,
-                "converting " + quote(in) + ": the output " + quote(out) +
-                    " already exists; not replacing it unless asked to (--force)");
+                context + " already exists; not replacing it unless asked to (--force)");
   }
 }
 
@@ -134,20 +244,29 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
                                  const ConvertOptions& options) {
   const std::string context = "converting " + quote(in);
   std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(in);
-  check_output(in, out, *src, options.overwrite);
+  const std::optional<CheckpointFormat> out_extension = format_for_extension(out);
+  const bool directory_out =
+      options.max_shard_size.has_value() || (src->directory() && !out_extension);
+  if (options.max_shard_size && *options.max_shard_size == 0) {
+    throw Error(ErrorCode::InvalidArgument, context + ": a largest shard size of 0 bytes");
+  }
+  check_output(in, out, *src, directory_out, options.overwrite);
   std::optional<CheckpointFormat> format = options.format;
-  if (!format) format = format_for_extension(out);
+  if (!format && directory_out) format = src->format();
+  if (!format) format = out_extension;
   if (!format) {
     throw Error(ErrorCode::UnknownFormat,
                 context + ": the extension of " + quote(out) +
                     " names no checkpoint format (.safetensors, .pt, .pth, .bin); give the "
-                    "format (--format safetensors|pt)");
+                    "format (--format safetensors|pt), or convert a directory to a directory");
   }
 
   ConversionPlan plan;
   try {
-    plan = plan_conversion(src->tensors(), options.layout,
-                           {options.rules, options.model_type, options.experts});
+    plan = plan_conversion(
+        src->tensors(), options.layout,
+        {options.rules, options.model_type.empty() ? src->model_type() : options.model_type,
+         options.experts});
   } catch (const Error& e) {
     throw Error(e.code(), context + ": " + e.message());
   }
@@ -155,23 +274,20 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   ConvertReport report;
   report.input_format = src->format();
   report.output_format = *format;
+  report.directory_output = directory_out;
   report.modules = plan.modules;
   report.input_tensors = src->tensors().size();
   report.output_tensors = plan.tensors.size();
   for (const PlannedTensor& t : plan.tensors) report.data_bytes += t.nbytes();
 
-  std::unique_ptr<AtomicFile> file = AtomicFile::create(out);
   Progress progress(options, report.data_bytes);
-  if (*format == CheckpointFormat::Safetensors) {
-    // A .pt file has no metadata; a safetensors one keeps its own.
-    write_safetensors_out(*file, *src, plan, src->metadata(), "saving " + quote(out), progress);
+  if (directory_out) {
+    write_directory(out, *src, plan, *format, options.max_shard_size.value_or(kDefaultMaxShardSize),
+                    options.overwrite, progress, report);
   } else {
-    write_pt_out(*file, *src, plan, "saving " + quote(out), progress);
+    report.file_bytes = write_file(out, *src, plan.tensors, *format, progress);
+    report.output_files.push_back(std::filesystem::path(out).filename().string());
   }
-  report.file_bytes = file->position();
-  // A failure to flush the folder after the rename is not reported (folder_flush_error()): the
-  // file is whole and in place, and the OS writes the folder entry back on its own.
-  file->commit();
   return report;
 }
 

@@ -10,11 +10,21 @@ CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<
   std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(path);
   CheckpointSummary s;
   s.format = src->format();
-  s.file_bytes = src->file_size();
-  s.tensors = src->tensors();  // the views keep the mapping alive
+  s.file_bytes = src->file_bytes();
+  s.tensors = src->tensors();  // the views keep the mappings alive
   s.metadata = src->metadata();
-  s.scan =
-      scan_grouped_modules(s.tensors, rules.empty() ? detect_rules(s.tensors, model_type) : rules);
+  if (const detail::CheckpointDir* dir = src->directory()) {
+    s.directory = true;
+    s.index_file = dir->index_file;
+    s.shards = dir->shards;
+    s.other_files = dir->other_files;
+    s.skipped_files = dir->skipped;
+    s.model_type = dir->model_type;
+  }
+  s.scan = scan_grouped_modules(
+      s.tensors, rules.empty()
+                     ? detect_rules(s.tensors, model_type.empty() ? s.model_type : model_type)
+                     : rules);
   return s;
 }
 

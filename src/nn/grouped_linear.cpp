@@ -176,10 +176,11 @@ void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t>
 
 namespace {
 
+// By address, not by Storage: a borrowed weight is a read-only alias of the caller's storage.
 bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) return false;
-  return a.storage_offset() < b.storage_offset() + b.nbytes() &&
-         b.storage_offset() < a.storage_offset() + a.nbytes();
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
 
 // Checks a caller-provided output of `op` ("forward: y") against its expected shape and dtype.

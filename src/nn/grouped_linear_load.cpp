@@ -118,14 +118,20 @@ void plan_from_per_expert(Family& f) {
     for (int64_t i : extra) f.plan.claim(f.expert_key(i));
   }
   if (!absent.empty()) {
-    // Strict: one PartialExpertSet problem naming the absent experts (not also one MissingKey
-    // each, which would turn the code into LoadFailed). Otherwise they are reported missing.
+    // Strict: PartialExpertSet problems, one per absent expert with its exact key, the first
+    // naming them all (not MissingKey, which would turn the code into LoadFailed). Otherwise
+    // they are reported missing.
     if (f.plan.options().strict) {
       f.plan.add_problem(ErrorCode::PartialExpertSet, f.expert_key(absent.front()),
                          "module " + quote(f.module_name) + ": " +
                              std::to_string(f.experts.size() - extra.size()) + " of " +
                              std::to_string(f.n()) + " " + quote(f.prefix + f.base + "{i}") +
                              " entries present; missing experts " + join_indices(absent));
+      for (size_t k = 1; k < absent.size(); ++k) {
+        f.plan.add_problem(
+            ErrorCode::PartialExpertSet, f.expert_key(absent[k]),
+            "module " + quote(f.module_name) + ": missing " + quote(f.expert_key(absent[k])));
+      }
     } else {
       for (int64_t i : absent) f.plan.add_missing(f.expert_key(i));
     }

@@ -70,12 +70,13 @@ namespace {
 // (or a slice is asked for), the dict through those rules in the single layout. A rule set's
 // stacked tensor P.gate_up_proj is then the weight of a GroupedLinear at P.gate_up_proj.
 PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
-  const std::vector<LayoutRules> rules = options.rules.empty() ? detect_rules(dict) : options.rules;
+  const std::vector<LayoutRules> rules =
+      options.rules.empty() ? detect_rules(dict, options.model_type) : options.rules;
   bool other_rules = false;
   for (const LayoutRules& r : rules) other_rules = other_rules || r.name != "te";
   if (!other_rules && !options.experts && options.rules.empty()) return PlannedDict(dict);
-  ConversionPlan plan =
-      plan_conversion(dict, ExpertLayout::Single, {options.rules, "", options.experts});
+  ConversionPlan plan = plan_conversion(dict, ExpertLayout::Single,
+                                        {options.rules, options.model_type, options.experts});
   std::unordered_map<std::string, std::string> renames;
   for (const GroupedModule& m : plan.modules) {
     if (m.rules == "te") continue;

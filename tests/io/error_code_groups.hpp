@@ -10,7 +10,26 @@ namespace grouplin::test_io {
 // Arguments, tensors, layers, state dicts, opening or mapping the file (IoError, tested in
 // mapped_file_test.cpp), and a caller stopping the work (Interrupted, tested in
 // tests/tools/cli_test.cpp): raised by other layers, never by parsing a file's bytes.
+inline bool raised_outside_file_parsing(ErrorCode code);
+
+// A checkpoint directory's index and its agreement with the shards
+// (tests/io/sharded_checkpoint_test.cpp walks them): never a single file's reader.
+inline bool raised_only_by_checkpoint_directories(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::InvalidIndex:
+    case ErrorCode::UnsafePath:
+    case ErrorCode::ShardMissing:
+    case ErrorCode::TensorNotInShard:
+    case ErrorCode::TensorNotInIndex:
+    case ErrorCode::TotalSizeMismatch:
+      return true;
+    default:
+      return false;
+  }
+}
+
 inline bool raised_outside_file_parsing(ErrorCode code) {
+  if (raised_only_by_checkpoint_directories(code)) return true;
   switch (code) {
     case ErrorCode::InvalidArgument:  // only for a null storage argument, not for file content
     case ErrorCode::ShapeMismatch:

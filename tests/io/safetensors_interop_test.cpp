@@ -1,9 +1,6 @@
 // GroupLin against the reference `safetensors` package (tests/io/safetensors_peer.py): files
 // either one writes load in the other with identical bytes. A failing peer fails the test.
 #include <gtest/gtest.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/wait.h>
 
 #include <cstring>
 #include <filesystem>
@@ -17,6 +14,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "io/python_peer.hpp"
 
 namespace grouplin {
 namespace {
@@ -30,18 +28,7 @@ std::string read_file(const fs::path& path) {
 
 // Runs the peer script with `args`; returns its exit status and puts its output in `output`.
 int run_peer(const std::string& args, std::string& output) {
-  std::string cmd = std::string(GROUPLIN_PYTHON) + " " + GROUPLIN_SOURCE_DIR +
-                    "/tests/io/safetensors_peer.py " + args + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    output = "popen failed: " + std::string(std::strerror(errno));
-    return -1;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
-  int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return test_io::run_python_peer("tests/io/safetensors_peer.py", args, output);
 }
 
 std::string to_hex(const std::string& bytes) {

@@ -48,6 +48,14 @@ void expect_read_only(Tensor t, const std::string& what) {
     EXPECT_FALSE(t.rows(0, 1).writable());
   }
   EXPECT_FALSE(t.reshape({t.numel()}).writable());
+  // Nor through the storage it hands out: the storage itself, or a new view made over it.
+  ASSERT_TRUE(t.storage() != nullptr);
+  EXPECT_FALSE(t.storage()->writable());
+  EXPECT_EQ(testing::expect_error([&] { t.storage()->mutable_data(); }).code(),
+            ErrorCode::ReadOnlyTensor);
+  Tensor over = Tensor::view_of(t.storage(), t.storage_offset(), t.shape(), t.dtype());
+  EXPECT_FALSE(over.writable());
+  EXPECT_EQ(testing::expect_error([&] { over.mutable_data(); }).code(), ErrorCode::ReadOnlyTensor);
 }
 
 // The modules that adopt on assign: PerExpert takes per-expert or stacked sources, Single takes
@@ -86,8 +94,10 @@ TEST(BorrowedWeights, EveryPublicPathRefusesWritesToTheCallersBytes) {
       expect_read_only(dst->expert_weight(i), "expert_weight(" + std::to_string(i) + ")");
       expect_read_only(dst->expert_bias(i), "expert_bias(" + std::to_string(i) + ")");
     }
-    for (const Parameter& p : dst->parameters())
+    for (const Parameter& p : dst->parameters()) {
       expect_read_only(p.value, "parameters() " + p.name);
+      expect_read_only(dst->parameter(p.name).value, "parameter(\"" + p.name + "\")");
+    }
     dst->for_each_parameter([&](const std::string& name, Parameter& p) {
       expect_read_only(p.value, "for_each_parameter " + name);
     });

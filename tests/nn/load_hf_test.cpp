@@ -3,9 +3,13 @@
 // fuses them; module lists and fused tensors, Qwen and Mixtral names, every module layout, and
 // expert slices that read only their experts' bytes.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "grouplin/grouplin.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "io/sharded_dir.hpp"
 #include "nn/load_test_util.hpp"
 
 namespace grouplin {
@@ -126,6 +130,34 @@ TEST(LoadHuggingFace, ExpertSlicesReadOnlyTheirExperts) {
     EXPECT_TRUE(half->expert_weight(e).bit_equal(full->expert_weight(e + 1)));
     EXPECT_TRUE(half->expert_bias(e).bit_equal(full->expert_bias(e + 1)));
   }
+}
+
+// A downloaded model: a directory of shards, each expert's tensors in different shards, read by
+// load_checkpoint as one mapped dict and loaded into GroupedLinears in every layout.
+TEST(LoadHuggingFace, AShardedDirectoryLoadsIntoGroupedLinears) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("grouplin_load_dir_" + std::to_string(::getpid()));
+  for (const char* family : {"qwen", "mixtral"}) {
+    for (bool fused : {false, true}) {
+      SCOPED_TRACE(std::string(family) + (fused ? " fused" : " module lists"));
+      std::filesystem::remove_all(dir);
+      const HfSpec spec{.family = family};
+      testing::write_sharded(
+          dir, hf_state_dict(spec, fused),
+          {.model_type = std::string(family) == "mixtral" ? "mixtral" : "qwen3_moe"});
+      const Checkpoint c = load_checkpoint(dir.string());
+      for (WeightLayout l : testing::kLayouts) {
+        Experts x = make_experts(l, 4);
+        LoadOptions o;
+        o.prefix = "model.layers.0.mlp.experts.";
+        o.model_type = c.model_type;
+        const LoadReport r = x.root->load_state_dict(c.tensors, o);
+        expect_experts(x, 0, 0, spec);
+        EXPECT_TRUE(r.missing.empty());
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

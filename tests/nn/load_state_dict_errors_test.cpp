@@ -110,6 +110,14 @@ TEST(LoadStateDictErrors, PartialExpertSetNamesTheMissingExperts) {
     for (int i : {1, 4, 6}) ASSERT_TRUE(c.sd.erase(P + "weight" + std::to_string(i)));
     expect_load_fails(*c.target.root, c.sd, ErrorCode::PartialExpertSet,
                       {"decoder.layers.3.mlp.fc1", "5 of 8", "missing experts 1, 4, 6"});
+    // As data: one problem per absent expert, each with its exact key.
+    const Error e = testing::expect_error([&] { c.target.root->load_state_dict(c.sd); });
+    std::vector<std::string> keys;
+    for (const Problem& p : e.problems()) {
+      EXPECT_EQ(p.code, ErrorCode::PartialExpertSet);
+      keys.push_back(p.key);
+    }
+    EXPECT_EQ(keys, (std::vector<std::string>{P + "weight1", P + "weight4", P + "weight6"}));
   }
 }
 

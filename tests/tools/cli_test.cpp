@@ -148,7 +148,7 @@ TEST_F(CliTest, BadInputsExitTwoAndLeaveNoOutput) {
   const std::vector<std::string> inputs_before = files();
 
   const std::pair<std::string, std::string> cases[] = {
-      {"missing.safetensors", "No such file"},     {"folder", "not a regular file"},
+      {"missing.safetensors", "No such file"},     {"folder", "no *.safetensors file"},
       {"truncated.safetensors", "Truncated"},      {"truncated.pt", "truncated.pt"},
       {"cut.safetensors", "UnknownFormat"},        {"partial.pt", "PartialExpertSet"},
       {"mixed.safetensors", "BothLayoutsPresent"}, {"unknown.bin", "UnknownFormat"},

@@ -1,4 +1,5 @@
-// grouplin convert IN OUT --layout single|per-expert [--format safetensors|pt] [--force] [--quiet]
+// grouplin convert IN OUT --layout single|per-expert [--format safetensors|pt]
+//                  [--max-shard-size SIZE] [--force] [--quiet]
 // The work is grouplin::convert_checkpoint; this file parses options, draws the progress bar and
 // turns Ctrl-C or SIGTERM into Error(Interrupted) (the temporary file is removed, OUT is left as
 // it was, and main() exits 130 or 143).
@@ -12,6 +13,7 @@
 #include "grouplin/interrupt.hpp"
 #include "grouplin/progress.hpp"
 #include "grouplin/rules_option.hpp"
+#include "grouplin/sharded_checkpoint.hpp"
 
 namespace grouplin::cli {
 namespace {
@@ -25,6 +27,7 @@ struct ConvertConfig {
   bool quiet = false;
   std::string rules;
   std::string experts;
+  std::string max_shard_size;
 };
 
 void run_convert(const ConvertConfig& c) {
@@ -36,6 +39,13 @@ void run_convert(const ConvertConfig& c) {
   o.overwrite = c.force;
   o.rules = rules_from_option(c.rules);
   if (!c.experts.empty()) o.experts = experts_from_option(c.experts);
+  if (!c.max_shard_size.empty()) {
+    try {
+      o.max_shard_size = parse_byte_size(c.max_shard_size);
+    } catch (const Error& e) {
+      throw Error(e.code(), "--max-shard-size: " + e.message());
+    }
+  }
   ProgressBar bar("converting", c.quiet);
   // The conversion checks for a signal at its progress points: at the start, after every 16 MiB
   // and after the last byte. A signal that comes later (during the final fsync and rename) does
@@ -61,15 +71,34 @@ void run_convert(const ConvertConfig& c) {
 
   size_t converted = 0;
   for (const GroupedModule& m : r.modules) converted += m.layout != o.layout;
+  std::string out_desc =
+      std::string(format_name(r.output_format)) + ", " + format_bytes(r.file_bytes);
+  if (r.directory_output) {
+    out_desc = std::string(format_name(r.output_format)) + " directory, " +
+               std::to_string(r.output_files.size()) + " file(s), " + format_bytes(r.file_bytes);
+    if (!r.copied_files.empty()) {
+      out_desc += "; " + std::to_string(r.copied_files.size()) + " other file(s) copied, " +
+                  format_bytes(r.copied_bytes);
+    }
+  }
   std::printf(
-      "%s (%s) -> %s (%s, %s): %zu grouped module(s), %zu converted to %s; "
+      "%s (%s) -> %s (%s): %zu grouped module(s), %zu converted to %s; "
       "%zu -> %zu tensors; %s in %.2f s (%s/s)\n",
       escaped(c.in).c_str(), std::string(format_name(r.input_format)).c_str(),
-      escaped(c.out).c_str(), std::string(format_name(r.output_format)).c_str(),
-      format_bytes(r.file_bytes).c_str(), r.modules.size(), converted,
+      escaped(c.out).c_str(), out_desc.c_str(), r.modules.size(), converted,
       std::string(layout_name(o.layout)).c_str(), r.input_tensors, r.output_tensors,
       format_bytes(r.data_bytes).c_str(), seconds,
       format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0).c_str());
+  if (!r.skipped_files.empty()) {
+    std::string names;
+    for (size_t i = 0; i < r.skipped_files.size() && i < 8; ++i) {
+      names += (i ? ", " : "") + escaped(r.skipped_files[i]);
+    }
+    if (r.skipped_files.size() > 8) names += ", ...";
+    std::printf(
+        "not copied (weight files that are not the input's shards, or not files): %zu (%s)\n",
+        r.skipped_files.size(), names.c_str());
+  }
 }
 
 }  // namespace
@@ -80,25 +109,37 @@ void add_convert_command(CLI::App& app) {
       "convert",
       "Rewrite every grouped module of a checkpoint in one layout, in either format, "
       "streaming (memory stays near 1 MiB whatever the file size)");
-  cmd->add_option("IN", c->in, "input checkpoint (safetensors or .pt, detected by content)")
+  cmd->add_option("IN", c->in,
+                  "input checkpoint: a file (safetensors or .pt, detected by content) or a "
+                  "directory of shards")
       ->required();
-  cmd->add_option("OUT", c->out, "output checkpoint (written atomically)")->required();
+  cmd->add_option("OUT", c->out,
+                  "output checkpoint, written atomically: a file, or a directory when IN is one "
+                  "and OUT has no .safetensors/.pt/.pth/.bin extension, or with --max-shard-size")
+      ->required();
   cmd->add_option("--layout", c->layout,
                   "single: P.weight [N, out, in], P.bias [N, out]; "
                   "per-expert: P.weight0..P.weight{N-1}, P.bias0..")
       ->required()
       ->check(CLI::IsMember({"single", "per-expert"}));
   cmd->add_option("--format", c->format,
-                  "output format (default: from OUT's extension: .safetensors; .pt .pth .bin)")
+                  "output format (default: IN's for a directory OUT, else from OUT's extension: "
+                  ".safetensors; .pt .pth .bin)")
       ->check(CLI::IsMember({"safetensors", "pt"}));
   cmd->add_option("--rules", c->rules, kRulesHelp);
   cmd->add_option("--experts", c->experts,
                   "keep only experts BEGIN:END (end excluded) of every grouped module, "
                   "renumbered from 0: one expert-parallel rank's share, reading only its bytes");
+  cmd->add_option("--max-shard-size", c->max_shard_size,
+                  "write OUT as a directory of shards of at most SIZE tensor bytes each: 5GB, "
+                  "500MB, 40KB (1 KB = 1000 bytes), 2GiB (default for a directory: 5GB)");
   cmd->add_flag("--force", c->force, "replace OUT if it exists (never IN)");
   cmd->add_flag("--quiet", c->quiet, "no progress bar, no summary");
   cmd->footer(
-      "Every other entry passes through unchanged; safetensors metadata is kept. The progress\n"
+      "Every other entry passes through unchanged; safetensors metadata is kept. A directory OUT\n"
+      "gets Hugging Face's shard names (model-00001-of-00003.safetensors), an index with exact\n"
+      "total_size and weight_map, and every other file of an input directory (config.json,\n"
+      "tokenizer files) unchanged; it is built beside OUT and renamed into place. The progress\n"
       "bar shows only on a terminal. Nothing is left at OUT on failure or Ctrl-C.\n"
       "Exit: 0 converted; 2 bad usage or bad input (unreadable or invalid IN, inconsistent\n"
       "expert set, OUT exists without --force, OUT is IN, unknown output format);\n"
@@ -110,7 +151,9 @@ void add_convert_command(CLI::App& app) {
       "  grouplin convert qwen3-moe.safetensors fused.safetensors --layout single   # hf rules\n"
       "  grouplin convert fused.safetensors mixtral.safetensors --layout per-expert "
       "--rules hf-mixtral\n"
-      "  grouplin convert model.safetensors rank3.safetensors --layout single --experts 96:128");
+      "  grouplin convert model.safetensors rank3.safetensors --layout single --experts 96:128\n"
+      "  grouplin convert Qwen3-30B-A3B/ Qwen3-30B-A3B-fused/ --layout single\n"
+      "  grouplin convert Mixtral-fused/ Mixtral/ --layout per-expert --max-shard-size 5GB");
   cmd->callback([c] { run_convert(*c); });
 }
 

@@ -1,4 +1,5 @@
-// grouplin inspect FILE [--json]: every tensor, every grouped module, totals. The JSON schema is
+// grouplin inspect CHECKPOINT [--json]: every tensor, every grouped module, totals; for a
+// directory also its index, shards and other files. The JSON schema is
 // documented in docs/cli.md; fields are only ever added.
 #include <cstdio>
 #include <iostream>
@@ -47,6 +48,14 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
   doc["file"] = c.file;
   doc["format"] = std::string(format_name(s.format));
   doc["file_bytes"] = s.file_bytes;
+  doc["directory"] = s.directory;
+  if (s.directory) {
+    doc["index_file"] = s.index_file.empty() ? ordered_json(nullptr) : ordered_json(s.index_file);
+    doc["shards"] = s.shards;
+    doc["other_files"] = s.other_files;
+    doc["skipped_files"] = s.skipped_files;
+    doc["model_type"] = s.model_type;
+  }
   doc["metadata"] = ordered_json::object();
   for (const auto& [k, v] : s.metadata) doc["metadata"][k] = v;
   ordered_json tensors = ordered_json::array();
@@ -101,10 +110,36 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
             << "\n";
 }
 
+// "a, b, c" escaped, at most `max` names then "and N more".
+std::string name_list(const std::vector<std::string>& names, size_t max = 8) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", " : "") + escaped(names[i]);
+  if (names.size() > max) out += " and " + std::to_string(names.size() - max) + " more";
+  return out;
+}
+
 void print_text(const InspectConfig& c, const CheckpointSummary& s) {
-  std::printf("%s: %s, %s (%llu bytes)\n", escaped(c.file).c_str(),
-              std::string(format_name(s.format)).c_str(), format_bytes(s.file_bytes).c_str(),
-              static_cast<unsigned long long>(s.file_bytes));
+  if (!s.directory) {
+    std::printf("%s: %s, %s (%llu bytes)\n", escaped(c.file).c_str(),
+                std::string(format_name(s.format)).c_str(), format_bytes(s.file_bytes).c_str(),
+                static_cast<unsigned long long>(s.file_bytes));
+  } else {
+    std::printf("%s: %s directory, %zu shard(s), %s (%llu bytes)\n", escaped(c.file).c_str(),
+                std::string(format_name(s.format)).c_str(), s.shards.size(),
+                format_bytes(s.file_bytes).c_str(), static_cast<unsigned long long>(s.file_bytes));
+    std::printf("index: %s\nshards: %s\n",
+                s.index_file.empty() ? "none (every *.safetensors file is a shard)"
+                                     : escaped(s.index_file).c_str(),
+                name_list(s.shards).c_str());
+    if (!s.model_type.empty()) std::printf("model_type: %s\n", escaped(s.model_type).c_str());
+    if (!s.other_files.empty()) {
+      std::printf("other files: %s\n", name_list(s.other_files).c_str());
+    }
+    if (!s.skipped_files.empty()) {
+      std::printf("not read (not this checkpoint's shards): %s\n",
+                  name_list(s.skipped_files).c_str());
+    }
+  }
   if (!s.metadata.empty()) {
     std::printf("metadata:\n");
     for (const auto& [k, v] : s.metadata) {
@@ -178,16 +213,22 @@ void add_inspect_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "inspect",
       "List every tensor (name, dtype, shape, bytes) and every grouped module of a "
-      "checkpoint (safetensors or .pt, detected by content)");
-  cmd->add_option("FILE", config->file, "checkpoint file")->required();
+      "checkpoint (safetensors or .pt, detected by content; a file or a sharded directory)");
+  cmd->add_option("CHECKPOINT", config->file,
+                  "checkpoint file, or directory of shards (Hugging Face: with an index, or "
+                  "every *.safetensors)")
+      ->required();
   cmd->add_flag("--json", config->json, "print one JSON document (schema in docs/cli.md)");
   cmd->add_option("--rules", config->rules, kRulesHelp);
   cmd->footer(
-      "Reads headers only: instant on files of any size.\n"
+      "Reads headers only: instant on checkpoints of any size. A directory is checked against\n"
+      "its index (every shard there, every tensor where the index says, total_size exact), and\n"
+      "its config.json's model_type picks the rules of fused experts.\n"
       "Exit: 0 read and understood; 2 unreadable, invalid, or an inconsistent expert set\n"
       "(listed under problems).\n\n"
       "Examples:\n"
       "  grouplin inspect model.safetensors\n"
+      "  grouplin inspect ~/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B/snapshots/*/\n"
       "  grouplin inspect model.pt --json | jq '.grouped_modules[] | {prefix, layout, "
       "num_experts}'");
   cmd->callback([config] { run_inspect(*config); });

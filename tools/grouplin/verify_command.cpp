@@ -18,8 +18,10 @@ struct VerifyConfig {
   std::string rules;
 };
 
-std::string describe(CheckpointFormat format, const std::vector<GroupedModule>& modules) {
+std::string describe(CheckpointFormat format, size_t shards,
+                     const std::vector<GroupedModule>& modules) {
   std::string s(format_name(format));
+  if (shards > 0) s += " directory of " + std::to_string(shards) + " shard(s)";
   size_t single = 0;
   for (const GroupedModule& m : modules) single += m.layout == ExpertLayout::Single;
   s += ", " + std::to_string(modules.size()) + " grouped module(s)";
@@ -36,8 +38,8 @@ void run_verify(const VerifyConfig& c) {
   o.rules = rules_from_option(c.rules);
   const CompareReport r = compare_checkpoints(c.a, c.b, o);
   std::printf("A: %s: %s\nB: %s: %s\n", escaped(c.a).c_str(),
-              describe(r.format_a, r.modules_a).c_str(), escaped(c.b).c_str(),
-              describe(r.format_b, r.modules_b).c_str());
+              describe(r.format_a, r.shards_a, r.modules_a).c_str(), escaped(c.b).c_str(),
+              describe(r.format_b, r.shards_b, r.modules_b).c_str());
   if (r.same) {
     std::printf("same: %zu tensors, %s of values, bit for bit\n", r.tensors_compared,
                 format_bytes(r.bytes_compared).c_str());
@@ -59,8 +61,8 @@ void add_verify_command(CLI::App& app) {
       "verify",
       "Check that two checkpoints hold the same values, whatever their layouts and "
       "formats (entry names, dtypes, shapes and bits)");
-  cmd->add_option("A", c->a, "first checkpoint")->required();
-  cmd->add_option("B", c->b, "second checkpoint")->required();
+  cmd->add_option("A", c->a, "first checkpoint (a file or a directory of shards)")->required();
+  cmd->add_option("B", c->b, "second checkpoint (a file or a directory of shards)")->required();
   cmd->add_option("--max-listed", c->max_listed, "differences to print (default 10)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--rules", c->rules, kRulesHelp);
@@ -72,7 +74,8 @@ void add_verify_command(CLI::App& app) {
       "2 unreadable or invalid input.\n\n"
       "Examples:\n"
       "  grouplin verify model.safetensors single.pt\n"
-      "  grouplin verify a.pt b.pt --max-listed 50");
+      "  grouplin verify a.pt b.pt --max-listed 50\n"
+      "  grouplin verify Qwen3-30B-A3B/ Qwen3-30B-A3B-fused/");
   cmd->callback([c] { run_verify(*c); });
 }
 

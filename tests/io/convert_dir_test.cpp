@@ -1,0 +1,269 @@
+// Converting sharded checkpoint directories: both directions between Hugging Face module lists
+// and fused experts, byte-for-byte round trips of GroupLin's own output, the shard limit, the
+// index, other files copied, weight files skipped, .bin shards, file <-> directory, and the
+// output's atomicity (replaced whole, nothing left on failure, never inside or over the input).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "grouplin/grouplin.hpp"
+#include "io/moe_checkpoint.hpp"
+#include "io/sharded_dir.hpp"
+#include "temp_dir_test.hpp"
+
+namespace grouplin {
+namespace {
+
+namespace fs = std::filesystem;
+using test_files::read_all;
+using testing::hf_state_dict;
+using testing::HfSpec;
+using testing::write_sharded;
+using testing::write_text;
+
+class ConvertDirTest : public test_files::TempDirTest {
+ protected:
+  ConvertDirTest() : TempDirTest("grouplin_convert_dir") {}
+  ConvertReport convert(const std::string& in, const std::string& out, ExpertLayout layout,
+                        std::optional<uint64_t> max_shard_size = std::nullopt) {
+    ConvertOptions o;
+    o.layout = layout;
+    o.max_shard_size = max_shard_size;
+    return convert_checkpoint(path(in), path(out), o);
+  }
+};
+
+void expect_same_dict(const StateDict& got, const StateDict& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.contains(name)) << name;
+    EXPECT_TRUE(got.at(name).bit_equal(t)) << name;
+  }
+}
+
+// Every file of directory `a` has a twin of the same bytes in `b`, and the reverse.
+void expect_same_files(const fs::path& a, const fs::path& b) {
+  std::map<std::string, std::string> fa, fb;
+  for (const auto& e : fs::recursive_directory_iterator(a)) {
+    if (e.is_regular_file()) fa[fs::relative(e.path(), a).string()] = read_all(e.path());
+  }
+  for (const auto& e : fs::recursive_directory_iterator(b)) {
+    if (e.is_regular_file()) fb[fs::relative(e.path(), b).string()] = read_all(e.path());
+  }
+  ASSERT_EQ(fa.size(), fb.size());
+  for (const auto& [name, bytes] : fa) {
+    ASSERT_TRUE(fb.count(name)) << name;
+    EXPECT_TRUE(fb[name] == bytes) << name << " differs";
+  }
+}
+
+// The index of `dir` lists every tensor of its shards, where it is, with the exact total_size.
+void expect_exact_index(const fs::path& dir) {
+  const ShardIndex index =
+      parse_shard_index(read_all(dir / "model.safetensors.index.json"), "index");
+  std::map<std::string, std::string> where;
+  uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 12 || name.substr(name.size() - 12) != ".safetensors") continue;
+    for (const auto& [key, t] : load_safetensors(e.path().string()).tensors) {
+      where[key] = name;
+      total += t.nbytes();
+    }
+  }
+  EXPECT_EQ(index.total_size, total);
+  ASSERT_EQ(index.weight_map.size(), where.size());
+  for (const auto& [key, file] : index.weight_map) EXPECT_EQ(where[key], file) << key;
+}
+
+TEST_F(ConvertDirTest, ModuleListsToFusedExpertsAndBackByteForByte) {
+  for (const char* family : {"qwen", "mixtral"}) {
+    SCOPED_TRACE(family);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const HfSpec spec{.family = family, .experts = 8};
+    const bool mixtral = std::string(family) == "mixtral";
+    write_sharded(dir_ / "hf", hf_state_dict(spec, false),
+                  {.model_type = mixtral ? "mixtral" : "qwen3_moe"});
+    // Small shards: the fused tensors and the experts they come from spread over several.
+    const ConvertReport r = convert("hf", "fused", ExpertLayout::Single, 2000);
+    EXPECT_TRUE(r.directory_output);
+    EXPECT_GT(r.output_files.size(), 2u);
+    expect_same_dict(load_checkpoint(path("fused")).tensors, hf_state_dict(spec, true));
+    expect_exact_index(dir_ / "fused");
+    EXPECT_EQ(read_all(dir_ / "fused" / "config.json"), read_all(dir_ / "hf" / "config.json"));
+    EXPECT_EQ(read_all(dir_ / "fused" / "tokenizer.json"),
+              read_all(dir_ / "hf" / "tokenizer.json"));
+    EXPECT_EQ(r.copied_files, (std::vector<std::string>{"config.json", "tokenizer.json"}));
+
+    // Back: config.json's model_type tells a fused Mixtral from a fused Qwen.
+    convert("fused", "back", ExpertLayout::PerExpert, 2000);
+    expect_same_dict(load_checkpoint(path("back")).tensors, hf_state_dict(spec, false));
+    expect_exact_index(dir_ / "back");
+    // GroupLin's own output, converted there and back, comes back byte for byte.
+    convert("back", "fused2", ExpertLayout::Single, 2000);
+    expect_same_files(dir_ / "fused", dir_ / "fused2");
+    convert("fused2", "back2", ExpertLayout::PerExpert, 2000);
+    expect_same_files(dir_ / "back", dir_ / "back2");
+  }
+}
+
+TEST_F(ConvertDirTest, ShardsStayUnderTheLimitUnlessOneTensorAloneIsOver) {
+  const StateDict sd = hf_state_dict({.experts = 8}, false);
+  write_sharded(dir_ / "hf", sd);
+  for (uint64_t limit : {200u, 500u, 1000u}) {
+    SCOPED_TRACE(limit);
+    fs::remove_all(dir_ / "out");
+    const ConvertReport r = convert("hf", "out", ExpertLayout::Single, limit);
+    size_t shards = 0;
+    for (const std::string& f : r.output_files) {
+      if (f.find(".index.json") != std::string::npos) continue;
+      ++shards;
+      const SafetensorsFile s = load_safetensors((dir_ / "out" / f).string());
+      uint64_t bytes = 0;
+      for (const auto& [name, t] : s.tensors) bytes += t.nbytes();
+      if (s.tensors.size() > 1) {
+        EXPECT_LE(bytes, limit) << f;
+      }
+    }
+    EXPECT_EQ(r.output_files.back(), "model.safetensors.index.json");
+    EXPECT_EQ(r.output_files.front(), shard_file_name(CheckpointFormat::Safetensors, 0, shards));
+    expect_exact_index(dir_ / "out");
+  }
+}
+
+TEST_F(ConvertDirTest, OneShardIsAPlainModelFileWithoutAnIndex) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  const ConvertReport r = convert("hf", "out", ExpertLayout::Single);  // 5 GB shards
+  EXPECT_EQ(r.output_files, (std::vector<std::string>{"model.safetensors"}));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "model.safetensors.index.json"));
+  expect_same_dict(load_checkpoint(path("out")).tensors, hf_state_dict({}, true));
+}
+
+TEST_F(ConvertDirTest, FilesAndDirectoriesConvertIntoEachOther) {
+  const StateDict sd = hf_state_dict({}, false);
+  save_safetensors(path("one.safetensors"), sd);
+  convert("one.safetensors", "dir", ExpertLayout::Single, 1000);
+  expect_same_dict(load_checkpoint(path("dir")).tensors, hf_state_dict({}, true));
+  EXPECT_FALSE(fs::exists(dir_ / "dir" / "config.json"));  // nothing added
+  const ConvertReport r = convert("dir", "back.safetensors", ExpertLayout::PerExpert);
+  EXPECT_FALSE(r.directory_output);
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "back.safetensors"));
+  EXPECT_EQ(read_all(dir_ / "back.safetensors"), read_all(dir_ / "one.safetensors"));
+}
+
+TEST_F(ConvertDirTest, BinShardsWithTheirIndex) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  ConvertOptions o;
+  o.layout = ExpertLayout::Single;
+  o.format = CheckpointFormat::Pt;
+  o.max_shard_size = 1000;
+  const ConvertReport r = convert_checkpoint(path("hf"), path("bin"), o);
+  EXPECT_EQ(r.output_files.back(), "pytorch_model.bin.index.json");
+  EXPECT_EQ(r.output_files.front().rfind("pytorch_model-00001-of-", 0), 0u);
+  const Checkpoint c = load_checkpoint(path("bin"));
+  EXPECT_EQ(c.format, CheckpointFormat::Pt);
+  expect_same_dict(c.tensors, hf_state_dict({}, true));
+  EXPECT_EQ(c.model_type, "qwen3_moe");
+}
+
+TEST_F(ConvertDirTest, OtherFilesAreCopiedAndOtherWeightsSkipped) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  fs::create_directories(dir_ / "hf" / "original");
+  write_text(dir_ / "hf" / "original" / "params.json", "{\"dim\": 6}");
+  write_text(dir_ / "hf" / "original" / "consolidated.00.pth", "weights");
+  write_text(dir_ / "hf" / "pytorch_model.bin.index.json", "{}");
+  write_text(dir_ / "hf" / "generation_config.json", "{}");
+  const ConvertReport r = convert("hf", "out", ExpertLayout::Single);
+  EXPECT_EQ(r.copied_files, (std::vector<std::string>{"config.json", "generation_config.json",
+                                                      "original/params.json", "tokenizer.json"}));
+  EXPECT_EQ(r.skipped_files, (std::vector<std::string>{"original/consolidated.00.pth",
+                                                       "pytorch_model.bin.index.json"}));
+  EXPECT_EQ(read_all(dir_ / "out" / "original" / "params.json"), "{\"dim\": 6}");
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "original" / "consolidated.00.pth"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "pytorch_model.bin.index.json"));
+}
+
+TEST_F(ConvertDirTest, ExpertSlicesOfADirectory) {
+  const HfSpec spec{.experts = 8};
+  write_sharded(dir_ / "hf", hf_state_dict(spec, false));
+  ConvertOptions o;
+  o.layout = ExpertLayout::Single;
+  o.experts = ExpertRange{4, 8};
+  convert_checkpoint(path("hf"), path("rank1"), o);
+  const StateDict got = load_checkpoint(path("rank1")).tensors;
+  const StateDict all = hf_state_dict(spec, true);
+  const Tensor& w = got.at("model.layers.1.mlp.experts.gate_up_proj");
+  ASSERT_EQ(w.shape()[0], 4);
+  for (int64_t e = 0; e < 4; ++e) {
+    EXPECT_TRUE(
+        w.select(e).bit_equal(all.at("model.layers.1.mlp.experts.gate_up_proj").select(4 + e)));
+  }
+}
+
+TEST_F(ConvertDirTest, AnExistingOutputIsReplacedWholeOnlyWhenAsked) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  fs::create_directories(dir_ / "out");
+  write_text(dir_ / "out" / "stale.txt", "old");
+  try {
+    convert("hf", "out", ExpertLayout::Single);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(e.message().find("--force"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_all(dir_ / "out" / "stale.txt"), "old");
+  ConvertOptions o;
+  o.layout = ExpertLayout::Single;
+  o.overwrite = true;
+  convert_checkpoint(path("hf"), path("out"), o);
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "stale.txt"));
+  expect_same_dict(load_checkpoint(path("out")).tensors, hf_state_dict({}, true));
+  // Nothing else beside it: the old directory went with the exchange.
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"hf", "out"}));
+}
+
+TEST_F(ConvertDirTest, AFailureMidwayLeavesNothing) {
+  write_sharded(dir_ / "hf", hf_state_dict({.experts = 8}, false));
+  ConvertOptions o;
+  o.layout = ExpertLayout::Single;
+  o.max_shard_size = 500;
+  int calls = 0;
+  o.progress = [&](uint64_t done, uint64_t) {
+    if (done > 0 && ++calls == 1) throw Error(ErrorCode::Interrupted, "stop");
+  };
+  EXPECT_THROW(convert_checkpoint(path("hf"), path("out"), o), Error);
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename(), "hf") << "left behind: " << e.path();
+  }
+}
+
+TEST_F(ConvertDirTest, TheOutputIsNeverInsideOrOverTheInput) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  ConvertOptions o;
+  o.overwrite = true;
+  for (const std::string& out : {path("hf"), path("hf/sub"), dir_.string(), path("hf/") + "."}) {
+    SCOPED_TRACE(out);
+    try {
+      convert_checkpoint(path("hf"), out, o);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    }
+  }
+  // A file input inside the output directory: replacing it would delete the input.
+  save_safetensors(path("hf/one.safetensors"), hf_state_dict({}, false));
+  EXPECT_THROW(convert_checkpoint(path("hf/one.safetensors"), path("hf"), o), Error);
+  expect_same_dict(load_checkpoint(path("hf/one.safetensors")).tensors, hf_state_dict({}, false));
+}
+
+}  // namespace
+}  // namespace grouplin
