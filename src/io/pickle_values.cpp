@@ -108,8 +108,9 @@ void Values::append(Ref list, std::span<const Ref> items) {
 
 size_t Values::KeyHash::operator()(const KeySlot& k) const {
   const Value& key = v->get(k.second);
+  // A string key's hash was cached by set_items before the key reached the set.
   const size_t content = key.kind == Kind::String
-                             ? std::hash<std::string_view>()(v->text(k.second))
+                             ? v->key_hashes_.at(k.second)
                              : std::hash<int64_t>()(key.number) ^ 0x9e3779b97f4a7c15ull;
   return content ^ (std::hash<Ref>()(k.first) * 0x100000001b3ull);
 }
@@ -136,6 +137,10 @@ void Values::set_items(Ref dict, std::span<const Ref> kv) {
                       " key; only str and int keys are accepted");
     }
     charge(kHashEntryBytes, "dict keys");
+    if (k.kind == Kind::String && key_hashes_.count(kv[i]) == 0) {
+      charge(kHashEntryBytes, "dict key hashes");
+      key_hashes_.emplace(kv[i], std::hash<std::string_view>()(text(kv[i])));
+    }
     if (!dict_keys_.insert({dict, kv[i]}).second) {
       const std::string shown =
           k.kind == Kind::String ? std::string(text(kv[i])) : std::to_string(k.number);
