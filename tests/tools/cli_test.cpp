@@ -209,7 +209,7 @@ TEST_F(CliTest, BadUsageExitsTwo) {
 }
 
 TEST_F(CliTest, HelpOnEveryCommand) {
-  for (const char* cmd : {"inspect", "convert", "verify"}) {
+  for (const char* cmd : {"inspect", "convert", "verify", "demo", "bench"}) {
     CliRun r = run({cmd, "--help"});
     EXPECT_EQ(r.code, 0) << cmd;
     EXPECT_NE(r.out.find("Examples:"), std::string::npos) << cmd << ": " << r.out;

@@ -577,6 +577,14 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", c->json, "print JSON");
   cmd->add_flag("--quick", c->quick, "a seconds-long smoke run (small shapes, few cases)");
   cmd->add_flag("--full-size", c->full_size, "the full REFERENCE shapes (long)");
+  cmd->footer(
+      "Every case runs GroupLin, one dense GEMM of the same FLOPs, a per-expert loop and a copy\n"
+      "of the bytes, interleaved in one process; GROUPLIN_ISA=avx2|avx512|avx512bf16|amx caps the\n"
+      "kernels. docs/PERFORMANCE.md gives the published runs and how to reproduce them.\n\n"
+      "Examples:\n"
+      "  grouplin bench --quick\n"
+      "  grouplin bench --shapes qwen3,mixtral --rows 4096 --ops forward,dgrad --reps 5\n"
+      "  GROUPLIN_ISA=avx2 grouplin bench --json > avx2.json");
   cmd->callback([c, cmd] {
     c->rows_given = cmd->count("--rows") > 0;
     c->routings_given = cmd->count("--routing") > 0;
