@@ -8,7 +8,11 @@ the original per-expert format, and checks, name by name and bit for bit:
   1. `grouplin convert per-expert -> single` equals what transformers v5 holds after loading the
      per-expert checkpoint (model.state_dict(): fused gate_up_proj [N, 2I, H], down_proj);
   2. `grouplin convert single -> per-expert` of v5's own fused save equals v5's per-expert save
-     (save_pretrained in the original format).
+     (save_pretrained in the original format);
+  3. the same for sharded directories (save_pretrained with a small max_shard_size: shards and an
+     index), directory to directory, config.json's model_type choosing the rules: GroupLin's
+     fused directory holds what v5 holds, GroupLin's per-expert directory what v5 saves, and its
+     index's weight_map names every tensor with an exact total_size.
 
 Needs the bench-only environment (PyTorch 2.x and transformers v5 from PyPI), which `make test`
 never downloads:
@@ -25,25 +29,19 @@ import subprocess
 import sys
 import tempfile
 
+from bench_env import reexec_in_bench_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def reexec_in_bench_env():
-    """Runs this script again with the bench environment's python if torch 2 / v5 are missing."""
+def have_peers():
     try:
         import torch  # noqa: F401
         import transformers
 
-        if int(transformers.__version__.split(".")[0]) >= 5:
-            return
+        return int(transformers.__version__.split(".")[0]) >= 5
     except ImportError:
-        pass
-    if os.environ.get("GROUPLIN_BENCH_ENV"):
-        sys.exit("hf_v5_check: the bench environment lacks torch or transformers >= 5")
-    python = subprocess.check_output(["bash", os.path.join(ROOT, "scripts", "bench-env.sh")],
-                                     text=True).strip().splitlines()[-1]
-    env = dict(os.environ, GROUPLIN_BENCH_ENV="1")
-    os.execve(python, [python, os.path.abspath(__file__)] + sys.argv[1:], env)
+        return False
 
 
 def tiny_config(family):
@@ -66,9 +64,38 @@ def safetensors_file(directory):
 
 
 def load(path):
+    """Every tensor of a safetensors file, or of every shard of a directory."""
     from safetensors.torch import load_file
 
-    return load_file(path)
+    if not os.path.isdir(path):
+        return load_file(path)
+    out = {}
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".safetensors"):
+            out.update(load_file(os.path.join(path, name)))
+    return out
+
+
+def check_index(directory):
+    """The index of a sharded directory names each tensor's shard and the exact total size."""
+    import json
+
+    with open(os.path.join(directory, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    from safetensors import safe_open
+
+    where, total = {}, 0
+    for name in os.listdir(directory):
+        if name.endswith(".safetensors"):
+            with safe_open(os.path.join(directory, name), framework="pt") as f:
+                for k in f.keys():
+                    where[k] = name
+                    t = f.get_tensor(k)
+                    total += t.numel() * t.element_size()
+    ok = index["weight_map"] == where and index["metadata"]["total_size"] == total
+    print(f"  index of {os.path.basename(directory)}: {len(where)} tensors, "
+          f"{'exact' if ok else 'WRONG'}")
+    return ok
 
 
 def compare(what, got, want):
@@ -101,7 +128,7 @@ def run(cmd):
 
 
 def main():
-    reexec_in_bench_env()
+    reexec_in_bench_env("hf_v5_check", have_peers)
     import torch
     import transformers
     from transformers import AutoModelForCausalLM
@@ -138,6 +165,31 @@ def main():
                 same_file = a.read() == b.read()
             print(f"  the per-expert file itself: {'byte-identical' if same_file else 'differs'}"
                   " to v5's (informational: header layout and metadata may differ)")
+            # Sharded: v5's own sharded saves, directory to directory.
+            orig_dir = os.path.join(tmp, family + "-orig-sharded")
+            fused_dir = os.path.join(tmp, family + "-fused-sharded")
+            model.save_pretrained(orig_dir, save_original_format=True, max_shard_size="20KB")
+            model.save_pretrained(fused_dir, save_original_format=False, max_shard_size="20KB")
+            shards = len([n for n in os.listdir(orig_dir) if n.endswith(".safetensors")])
+            print(f"  sharded: v5 wrote {shards} shards")
+            ours_dir = os.path.join(tmp, family + "-grouplin-fused-dir")
+            run([args.grouplin, "convert", orig_dir, ours_dir, "--layout", "single",
+                 "--max-shard-size", "20KB", "--quiet"])
+            ok &= compare("sharded per-expert -> single vs v5's loaded model", load(ours_dir),
+                          held)
+            ok &= check_index(ours_dir)
+            back_dir = os.path.join(tmp, family + "-grouplin-per-expert-dir")
+            run([args.grouplin, "convert", fused_dir, back_dir, "--layout", "per-expert",
+                 "--max-shard-size", "20KB", "--quiet"])  # config.json: the family's rules
+            ok &= compare("sharded single -> per-expert vs v5's original-format save",
+                          load(back_dir), load(orig_dir))
+            ok &= check_index(back_dir)
+            same = sorted(os.listdir(back_dir)) == sorted(os.listdir(orig_dir)) and all(
+                open(os.path.join(back_dir, n), "rb").read() ==
+                open(os.path.join(orig_dir, n), "rb").read() for n in os.listdir(orig_dir))
+            print(f"  the per-expert directory itself: {'byte-identical' if same else 'differs'}"
+                  " to v5's (informational: v5 deals tensors to shards in its module order,"
+                  " GroupLin in natural key order)")
     print("all tensors match" if ok else "DIFFERENCES FOUND")
     return 0 if ok else 1
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <string>
 
 namespace {
@@ -53,6 +54,11 @@ TEST(BenchCommandTest, TinyRunPrintsResultsAndGoalsAsJson) {
       EXPECT_GT(r[dt]["vs_copy"].get<double>(), 0.0) << dt;
     }
     EXPECT_EQ(r.contains("dense_gflops"), r["op"] == "forward");
+    // The routing itself, for peers that run the same case: half the rows to expert 0.
+    const auto splits = r["m_splits"].get<std::vector<int64_t>>();
+    ASSERT_EQ(splits.size(), r["experts"].get<size_t>());
+    EXPECT_EQ(splits[0], 8);
+    EXPECT_EQ(std::accumulate(splits.begin(), splits.end(), int64_t{0}), 16);
   }
   EXPECT_EQ(j["goals"].size(), 5u);
   // Each figure as a fraction of its path's peak (cores x clock x FLOP per cycle), where the

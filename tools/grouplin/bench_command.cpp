@@ -339,6 +339,7 @@ nlohmann::json to_json(const CaseResult& r) {
       {"op", r.op},
       {"active_experts", r.active},
       {"rows_per_expert", static_cast<double>(r.rows) / static_cast<double>(r.experts)},
+      {"m_splits", make_splits(r.routing, r.experts, r.rows)},  // for peers (bench/torch_peers.py)
       {"memory_bound", r.memory_bound}};
   if (r.dense_s != kNotRun) j["dense_gflops"] = gflops(r.flops, r.dense_s);
   for (int dt = 0; dt < 2; ++dt) {
