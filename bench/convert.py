@@ -110,29 +110,7 @@ def make_checkpoint(path, size_gib, experts, out_features, in_features, bias):
                 entries.append((f"{p}bias{i}", "F32", [out_features], out_features * 4))
         entries.append((f"model.layers.{l}.input_layernorm.weight", "F32", [in_features],
                         in_features * 4))
-    size_rank = {"F32": 0, "BF16": 1}
-    entries.sort(key=lambda e: (size_rank[e[1]], e[0]))
-    header, offset = {}, 0
-    for name, dtype, shape, nbytes in entries:
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    chunk = os.urandom(8 << 20)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        left = offset
-        while left:
-            n = min(left, len(chunk))
-            f.write(chunk[:n])
-            left -= n
-        # Clean pages, as a checkpoint that has been on disk a while: measured here, in-kernel
-        # copies (cp, grouplin) of a file whose pages are still dirty or under writeback ran
-        # 2-3x slower than of a clean one, while cat was not affected.
-        f.flush()
-        os.fsync(f.fileno())
-    return layers, offset
+    return layers, write_safetensors(path, entries)
 
 
 def write_safetensors(path, entries, metadata=None, chunk=None):
@@ -157,8 +135,11 @@ def write_safetensors(path, entries, metadata=None, chunk=None):
             n = min(left, len(chunk))
             f.write(chunk[:n])
             left -= n
+        # Clean pages, as a checkpoint that has been on disk a while: measured here, in-kernel
+        # copies (cp, grouplin) of a file whose pages are still dirty or under writeback ran
+        # 2-3x slower than of a clean one, while cat was not affected.
         f.flush()
-        os.fsync(f.fileno())  # clean pages (see make_checkpoint)
+        os.fsync(f.fileno())
     return offset
 
 

@@ -13,6 +13,7 @@
 
 #include "grouplin/grouplin.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "io/same_dict.hpp"
 #include "io/sharded_dir.hpp"
 #include "temp_dir_test.hpp"
 
@@ -21,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test_files::read_all;
+using testing::expect_same_dict;
 using testing::hf_state_dict;
 using testing::HfSpec;
 using testing::write_sharded;
@@ -37,14 +39,6 @@ class ConvertDirTest : public test_files::TempDirTest {
     return convert_checkpoint(path(in), path(out), o);
   }
 };
-
-void expect_same_dict(const StateDict& got, const StateDict& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.contains(name)) << name;
-    EXPECT_TRUE(got.at(name).bit_equal(t)) << name;
-  }
-}
 
 // Every file of directory `a` has a twin of the same bytes in `b`, and the reverse.
 void expect_same_files(const fs::path& a, const fs::path& b) {

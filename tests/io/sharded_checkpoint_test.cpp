@@ -12,6 +12,7 @@
 #include "grouplin/grouplin.hpp"
 #include "io/error_code_groups.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "io/same_dict.hpp"
 #include "io/sharded_dir.hpp"
 #include "temp_dir_test.hpp"
 
@@ -19,6 +20,7 @@ namespace grouplin {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_same_dict;
 using testing::hf_state_dict;
 using testing::HfSpec;
 using testing::write_sharded;
@@ -155,14 +157,6 @@ class ShardedDirTest : public test_files::TempDirTest {
   ShardedDirTest() : TempDirTest("grouplin_sharded") {}
   fs::path in() const { return dir_ / "in"; }
 };
-
-void expect_same_dict(const StateDict& got, const StateDict& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.contains(name)) << name;
-    EXPECT_TRUE(got.at(name).bit_equal(t)) << name;
-  }
-}
 
 TEST_F(ShardedDirTest, LoadsEveryShardAsOneDict) {
   const StateDict sd = hf_state_dict({}, false);

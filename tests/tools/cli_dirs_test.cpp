@@ -39,6 +39,25 @@ class CliDirsTest : public test_files::TempDirTest {
     std::sort(names.begin(), names.end());
     return names;
   }
+  // A large directory "hf" (48 MiB of F32 experts per layer) written by a child process, so
+  // that this process, whose peak resident set the CLI's children inherit in ru_maxrss, never
+  // holds the dict.
+  void write_large(int64_t layers, size_t shards) const {
+    const pid_t maker = ::fork();
+    ASSERT_GE(maker, 0);
+    if (maker == 0) {
+      write_sharded(
+          dir_ / "hf",
+          hf_state_dict(
+              {.layers = layers, .experts = 32, .hidden = 512, .inter = 256, .dtype = DType::F32},
+              false),
+          {.shards = shards});
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(maker, &status, 0), maker);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
 };
 
 TEST_F(CliDirsTest, ConvertsInspectsAndVerifiesDirectories) {
@@ -119,21 +138,7 @@ TEST_F(CliDirsTest, DirectoryConvertMemoryStaysBounded) {
   if (kUnderAddressSanitizer) {
     GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine blur resident-set figures";
   }
-  // Built in a child process, so that this process (whose peak the CLI's children inherit in
-  // ru_maxrss) never holds the dict.
-  const pid_t maker = ::fork();
-  ASSERT_GE(maker, 0);
-  if (maker == 0) {
-    write_sharded(
-        dir_ / "hf",
-        hf_state_dict(
-            {.layers = 4, .experts = 32, .hidden = 512, .inter = 256, .dtype = DType::F32}, false),
-        {.shards = 8});
-    ::_exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(maker, &status, 0), maker);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_NO_FATAL_FAILURE(write_large(4, 8));
   const long limit_kib = 48 * 1024;
   struct Step {
     const char* in;
@@ -154,17 +159,8 @@ TEST_F(CliDirsTest, DirectoryConvertMemoryStaysBounded) {
 // Ctrl-C while a directory is being written: exit 130, and neither OUT nor its temporary
 // directory is left.
 TEST_F(CliDirsTest, InterruptLeavesNoDirectoryBehind) {
-  const pid_t maker = ::fork();
-  ASSERT_GE(maker, 0);
-  if (maker == 0) {
-    write_sharded(
-        dir_ / "hf",
-        hf_state_dict(
-            {.layers = 2, .experts = 32, .hidden = 512, .inter = 256, .dtype = DType::F32}, false));
-    ::_exit(0);
-  }
+  ASSERT_NO_FATAL_FAILURE(write_large(2, 3));
   int status = 0;
-  ASSERT_EQ(::waitpid(maker, &status, 0), maker);
   for (int attempt = 0; attempt < 3; ++attempt) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);

@@ -12,12 +12,14 @@
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "io/same_dict.hpp"
 #include "temp_dir_test.hpp"
 #include "tools/cli_runner.hpp"
 
 namespace grouplin {
 namespace {
 
+using testing::expect_same_dict;
 using testing::hf_state_dict;
 using testing::HfSpec;
 
@@ -26,14 +28,6 @@ class CliRulesTest : public test_files::TempDirTest {
   CliRulesTest() : TempDirTest("grouplin_cli_rules") {}
   CliRun run(const std::vector<std::string>& args) const { return run_cli(dir_, args); }
 };
-
-void expect_same_dict(const StateDict& got, const StateDict& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.contains(name)) << name;
-    EXPECT_TRUE(got.at(name).bit_equal(t)) << name;
-  }
-}
 
 TEST_F(CliRulesTest, QwenModuleListsConvertToFusedExpertsAndBackByteForByte) {
   save_safetensors(path("hf.safetensors"), hf_state_dict({}, false), {{"format", "pt"}});
