@@ -25,6 +25,9 @@ test: format-check test-release test-install test-sanitize test-cross
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@echo "test-release: the kernel set this CPU runs natively (the native tests of the sets it" \
+	  "lacks were skipped, their emulated twins ran):"; \
+	  ./$(BUILD)/grouplin --version | sed -n 's/^kernels: /  /p'
 
 # GroupLin as a package: installed to a temporary prefix, then an outside project
 # (tests/consumer) finds it with find_package(grouplin), builds against the static and the shared
