@@ -338,6 +338,9 @@ def main():
                     if os.path.exists(out + ext):
                         os.remove(out + ext)
                 shutil.rmtree(out, ignore_errors=True)
+                # Each job starts on a quiet disk: the write-back of what the previous job left
+                # (the deletion just done included) would otherwise be charged to this one.
+                os.sync()
                 seconds, rss = run()
                 written = out
                 if not os.path.isdir(out):

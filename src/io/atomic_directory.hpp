@@ -9,9 +9,9 @@
 //   // destroyed without commit(): the temporary directory and all it holds are removed
 //
 // Files are flushed all at once at the end, not one by one: their write-back runs meanwhile, in
-// the background. A 1 GiB directory of 5 shards on the dev machine (same run, fsync included):
-// each shard fsynced as it was finished, 0.80 of a plain `cp -r` + fsync; all at the end, see
-// docs/PERFORMANCE.md.
+// the background. A 1.2 GB directory of 4 shards on the dev machine: each shard fsynced as it was
+// finished, 0.80-0.87x of `cp -r` + fsync; all at the end, 1.04x (docs/PERFORMANCE.md,
+// "Sharded directories").
 #pragma once
 
 #include <memory>
