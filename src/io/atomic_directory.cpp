@@ -45,7 +45,11 @@ int AtomicDirectory::DeferredFlush::flush(int fd) {
 int AtomicDirectory::DeferredFlush::flush_folder(const std::string&) noexcept { return 0; }
 
 std::unique_ptr<AtomicDirectory> AtomicDirectory::create(const std::string& path) {
-  const fs::path target(path);
+  // "out/" names the directory "out": its temporary sibling goes beside it, not into it.
+  fs::path target = fs::path(path).lexically_normal();
+  if (!target.has_filename() && target.has_parent_path() && target != target.root_path()) {
+    target = target.parent_path();
+  }
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   // Hidden and unique: "." + name + ".tmp.<pid>.<random>". mkdir, not mkdtemp: the directory
   // gets the permissions of any new one (0777 less the umask), not mkdtemp's 0700.
@@ -57,7 +61,7 @@ std::unique_ptr<AtomicDirectory> AtomicDirectory::create(const std::string& path
   for (int attempt = 0; attempt < 16; ++attempt) {
     const std::string temp = (parent / (stem + std::to_string(rd()))).string();
     if (::mkdir(temp.c_str(), 0777) == 0) {
-      return std::unique_ptr<AtomicDirectory>(new AtomicDirectory(path, temp));
+      return std::unique_ptr<AtomicDirectory>(new AtomicDirectory(target.string(), temp));
     }
     if (errno != EEXIST) {
       throw io_error("saving " + quote(path) + ": creating the temporary directory " + quote(temp),

@@ -190,11 +190,14 @@ void write_directory(const std::string& out, const detail::CheckpointSource& src
   dir->commit(replace);
 }
 
-// `p` made absolute and free of "." and ".." (links resolved where it exists).
+// `p` made absolute and free of "." and "..", links resolved where it exists, without a
+// trailing '/' (whose empty last component would make "dir/" hold nothing).
 std::filesystem::path resolved(const std::string& p) {
   std::error_code ec;
   std::filesystem::path r = std::filesystem::weakly_canonical(p, ec);
-  return ec ? std::filesystem::absolute(p).lexically_normal() : r;
+  if (ec) r = std::filesystem::absolute(p).lexically_normal();
+  if (!r.has_filename() && r != r.root_path()) r = r.parent_path();
+  return r;
 }
 
 bool is_within(const std::filesystem::path& inner, const std::filesystem::path& outer) {

@@ -225,6 +225,27 @@ TEST_F(ConvertDirTest, AnExistingOutputIsReplacedWholeOnlyWhenAsked) {
   EXPECT_EQ(names, (std::vector<std::string>{"hf", "out"}));
 }
 
+// "out/" is the directory "out", new or replaced, not a place inside it.
+TEST_F(ConvertDirTest, AnOutputNamedWithATrailingSlashIsThatDirectory) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  ConvertOptions o;
+  o.layout = ExpertLayout::Single;
+  convert_checkpoint(path("hf/"), path("out/"), o);
+  expect_same_dict(load_checkpoint(path("out")).tensors, hf_state_dict({}, true));
+  o.overwrite = true;
+  o.layout = ExpertLayout::PerExpert;
+  convert_checkpoint(path("hf/"), path("out/"), o);
+  expect_same_dict(load_checkpoint(path("out")).tensors, hf_state_dict({}, false));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"hf", "out"}));
+  for (const auto& e : fs::directory_iterator(dir_ / "out")) {
+    EXPECT_FALSE(fs::is_directory(e.path())) << "nothing nested: " << e.path();
+  }
+  EXPECT_THROW(convert_checkpoint(path("hf/"), path("hf/"), o), Error);
+}
+
 TEST_F(ConvertDirTest, AFailureMidwayLeavesNothing) {
   write_sharded(dir_ / "hf", hf_state_dict({.experts = 8}, false));
   ConvertOptions o;
