@@ -1,8 +1,8 @@
 // The innermost loops of the grouped GEMM kernels, one set per instruction set, selected once from
 // the CPU's features (kernel_isa() in isa.hpp): portable loops (any CPU; the only set in builds for
-// other architectures), AVX2+FMA, AVX-512F, AVX512-BF16 and AMX-BF16 (x86-64 builds; one file per
-// instruction set: micro_kernels.cpp holds the portable and AVX2 sets and this dispatch point,
-// micro_kernels_avx512.cpp, micro_kernels_avx512bf16.cpp and micro_kernels_amx.cpp the others).
+// other architectures), AVX2+FMA, AVX-512F, AVX512-BF16 and AMX-BF16 (x86-64 builds). One file per
+// set (micro_kernels_portable.cpp, _avx2.cpp, _avx512.cpp, _avx512bf16.cpp, _amx.cpp) behind one
+// dispatch point, micro_kernels.cpp.
 //
 //   const MicroKernels& mk = micro_kernels();
 //   mk.dot_tile(4, 3, kc, x, ldx, w, ldw, c, ldc);     // c[i][j] += x_i · w_j over kc

@@ -1,6 +1,6 @@
-// Private: the x86-64 kernel sets beyond AVX2, one file each, compiled only in x86-64 builds.
+// Private: the x86-64 kernel sets, one file each, compiled only in x86-64 builds.
 //
-//   MicroKernels set = *avx2_kernels();
+//   MicroKernels set = native::avx2_set();
 //   native::add_avx512(set);        // set: AVX-512F outer-product and fma_rows kernels
 //   native::add_avx512bf16(set);    // + vdpbf16ps pair kernels for BF16 x BF16 products
 //   native::add_amx(set);           // pair kernels on AMX tiles instead
@@ -15,6 +15,10 @@
 #include "kernels/micro_kernels.hpp"
 
 namespace grouplin::kernels::native {
+
+// The AVX2+FMA set (micro_kernels_avx2.cpp), whether or not this CPU has AVX2 (avx2_kernels()
+// in micro_kernels.hpp checks).
+const MicroKernels& avx2_set();
 
 void add_avx512(MicroKernels& set);
 void add_avx512bf16(MicroKernels& set);

@@ -1,5 +1,6 @@
 // Computing one tile of a grouped GEMM: the loops between a planned Tile (gemm_plan.hpp) and the
-// micro-kernels (micro_kernels.hpp). No allocation: every function works in scratch that
+// micro-kernels (micro_kernels.hpp), in tile_forward.cpp and tile_backward.cpp on the blocked
+// loops they share (tile_products.hpp). No allocation: every function works in scratch that
 // scratch_floats sized for the plan.
 //
 //   TilePlan plan = plan_tiles(blocks);

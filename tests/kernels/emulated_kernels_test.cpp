@@ -23,6 +23,7 @@
 
 #include "amx_emulator.hpp"
 #include "bf16_dot_semantics.hpp"
+#include "gemm_problem.hpp"
 #include "grouplin/dtype.hpp"
 #include "kernel_reference.hpp"
 #include "kernels/grouped_gemm.hpp"
@@ -79,14 +80,6 @@ std::optional<MicroKernels> make_set(const SetUnderTest& u, std::string& why_not
     if (u.level == Level::kAmx) kernels::emulated::add_amx(set);
   }
   return set;
-}
-
-std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
 }
 
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
@@ -310,13 +303,6 @@ TEST_P(KernelSetTest, PairTileFollowsItsChainAndWritesOnlyItsTile) {
 
 // ---- Whole grouped GEMMs ----
 
-struct Case {
-  std::string name;
-  int64_t in, out;
-  std::vector<int64_t> splits;
-  bool bias;
-};
-
 std::vector<Case> cases() {
   return {
       // Ragged everything, an empty expert in the middle.
@@ -333,44 +319,6 @@ std::vector<Case> cases() {
       // T = 0.
       {"no_rows", 16, 8, {0, 0, 0}, true},
   };
-}
-
-struct Problem {
-  Tensor x, dy, stacked_w, stacked_b, y, dx;
-  std::vector<Tensor> weights, biases, wgrads, bgrads;
-
-  Problem(const Case& c, DType dt, bool stacked) {
-    const auto n = static_cast<int64_t>(c.splits.size());
-    const int64_t t = std::accumulate(c.splits.begin(), c.splits.end(), int64_t{0});
-    x = random_tensor({t, c.in}, dt, 1);
-    dy = random_tensor({t, c.out}, dt, 2);
-    stacked_w = random_tensor({n, c.out, c.in}, dt, 3);
-    stacked_b = random_tensor({n, c.out}, dt, 4);
-    for (int64_t e = 0; e < n; ++e) {
-      weights.push_back(stacked ? stacked_w.select(e) : stacked_w.select(e).clone());
-      if (c.bias) biases.push_back(stacked ? stacked_b.select(e) : stacked_b.select(e).clone());
-      wgrads.push_back(random_tensor({c.out, c.in}, dt, 100 + static_cast<uint64_t>(e)));
-      bgrads.push_back(random_tensor({c.out}, dt, 500 + static_cast<uint64_t>(e)));
-    }
-    y = random_tensor({t, c.out}, dt, 5);
-    dx = random_tensor({t, c.in}, dt, 6);
-  }
-
-  void run(const Case& c) {
-    kernels::grouped_forward(x, c.splits, weights, biases, y);
-    kernels::grouped_dgrad(dy, c.splits, weights, dx);
-    kernels::grouped_wgrad(x, dy, c.splits, wgrads, false);
-    kernels::grouped_bgrad(dy, c.splits, bgrads);
-  }
-};
-
-void expect_bit_equal(const Problem& a, const Problem& b, const std::string& what) {
-  EXPECT_TRUE(a.y.bit_equal(b.y)) << what << ": forward";
-  EXPECT_TRUE(a.dx.bit_equal(b.dx)) << what << ": dgrad";
-  for (size_t e = 0; e < a.wgrads.size(); ++e) {
-    EXPECT_TRUE(a.wgrads[e].bit_equal(b.wgrads[e])) << what << ": wgrad " << e;
-    EXPECT_TRUE(a.bgrads[e].bit_equal(b.bgrads[e])) << what << ": bgrad " << e;
-  }
 }
 
 TEST_P(KernelSetTest, GroupedGemmMatchesReferenceOnEdgeCases) {

@@ -45,13 +45,19 @@ struct Ref {
   int64_t terms = 0;
 };
 
-// Random tensor with values exactly representable in `dtype` (so both paths see the same data).
-inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed) {
+// n values drawn uniformly from [-1, 1), the same for the same seed.
+inline std::vector<float> random_floats(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  std::vector<float> v(n);
   for (float& f : v) f = dist(rng);
-  return Tensor::from_f32(shape, v, dtype);
+  return v;
+}
+
+// Random tensor with values exactly representable in `dtype` (so both paths see the same data).
+inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed) {
+  return Tensor::from_f32(shape, random_floats(static_cast<size_t>(shape_numel(shape)), seed),
+                          dtype);
 }
 
 inline std::vector<int64_t> first_rows(std::span<const int64_t> m_splits) {

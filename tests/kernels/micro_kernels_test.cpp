@@ -15,18 +15,13 @@
 #include <vector>
 
 #include "grouplin/dtype.hpp"
+#include "kernel_reference.hpp"
 #include "kernels/isa.hpp"
 
 namespace grouplin::kernels {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using kernel_test::random_floats;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -1,0 +1,165 @@
+// The portable kernel set: plain loops for any CPU (the only set in builds for other
+// architectures than x86-64), and the reference for what the AVX2 loops compute: dot_tile's
+// eight partial sums and their tree, outer_tile's one fused multiply-add chain per element.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "grouplin/dtype.hpp"
+#include "kernels/micro_kernels.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+// Element `at` of an F32 or (bf16) BF16 array, as F32 (exact).
+float load_as_f32(const void* src, bool bf16, int64_t at) {
+  return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(src)[at])
+              : static_cast<const float*>(src)[at];
+}
+
+void dot_tile_any(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b, bool bf16,
+                  int64_t ldb, float* c, int64_t ldc) {
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < nr; ++j) {
+      float lanes[8] = {};
+      for (int64_t k = 0; k < kc; ++k)
+        lanes[k % 8] += a[i * lda + k] * load_as_f32(b, bf16, j * ldb + k);
+      const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                        ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      c[i * ldc + j] += sum;
+    }
+  }
+}
+
+void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, float* c, int64_t ldc) {
+  dot_tile_any(mr, nr, kc, a, lda, b, false, ldb, c, ldc);
+}
+
+void dot_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  dot_tile_any(mr, nr, kc, a, lda, b, true, ldb, c, ldc);
+}
+
+void outer_tile_any(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                    const void* b, bool bf16, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < nr; ++j) {
+      float acc = accumulate ? c[i * ldc + j] : 0.0f;
+      for (int64_t p = 0; p < kc; ++p)
+        acc += a[i * a_row + p * a_step] * load_as_f32(b, bf16, p * ldb + j);
+      c[i * ldc + j] = acc;
+    }
+  }
+}
+
+void outer_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                         const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  outer_tile_any(mr, nr, kc, a, a_row, a_step, b, false, ldb, c, ldc, accumulate);
+}
+
+void outer_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row,
+                              int64_t a_step, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
+                              bool accumulate) {
+  outer_tile_any(mr, nr, kc, a, a_row, a_step, b, true, ldb, c, ldc, accumulate);
+}
+
+void outer_strips_portable(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                           int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                           int64_t ldc, bool accumulate) {
+  for (int s = 0; s < strips; ++s) {
+    outer_tile_any(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, false, ldb,
+                   c + s * kOuterCols, ldc, accumulate);
+  }
+}
+
+void outer_strips_bf16_portable(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
+                                int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
+                                float* c, int64_t ldc, bool accumulate) {
+  for (int s = 0; s < strips; ++s) {
+    outer_tile_any(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, true, ldb,
+                   c + s * kOuterCols, ldc, accumulate);
+  }
+}
+
+void fma_rows_any(int64_t rows, int64_t depth, const float* a, int64_t lda, const void* b,
+                  bool bf16, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = 0; p < depth; ++p) {
+      const float av = a[r * lda + p];
+      for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += av * load_as_f32(b, bf16, p * ldb + j);
+    }
+  }
+}
+
+void fma_rows_portable(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  fma_rows_any(rows, depth, a, lda, b, false, ldb, cols, c, ldc);
+}
+
+void fma_rows_bf16_portable(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+  fma_rows_any(rows, depth, a, lda, b, true, ldb, cols, c, ldc);
+}
+
+void add_rows_portable(const void* rows, int64_t row_bytes, int64_t count, bool bf16, int64_t n,
+                       float* sums, bool zero) {
+  if (zero) std::fill_n(sums, n, 0.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    const void* row = static_cast<const std::byte*>(rows) + i * row_bytes;
+    for (int64_t j = 0; j < n; ++j) sums[j] += load_as_f32(row, bf16, j);
+  }
+}
+
+void pack_transposed_portable(const void* src, bool bf16, int64_t ld, int rows, int64_t kc,
+                              float* dst, int width) {
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int i = 0; i < width; ++i)
+      dst[p * width + i] = i < rows ? load_as_f32(src, bf16, i * ld + p) : 0.0f;
+  }
+}
+
+void transpose_portable(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                        int64_t ldd) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) dst[i * ldd + j] = src[j * lds + i];
+  }
+}
+
+void widen_bf16_portable(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+void narrow_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+void stream_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
+  narrow_bf16_portable(src, dst, n);
+}
+
+}  // namespace
+
+constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
+                                    .dot_tile_bf16 = dot_tile_bf16_portable,
+                                    .outer_tile = outer_tile_portable,
+                                    .outer_tile_bf16 = outer_tile_bf16_portable,
+                                    .outer_strips = outer_strips_portable,
+                                    .outer_strips_bf16 = outer_strips_bf16_portable,
+                                    .max_strips = 1,
+                                    .pair_tile = nullptr,
+                                    .pair_rows = 0,
+                                    .pair_strips = 0,
+                                    .fma_rows = fma_rows_portable,
+                                    .fma_rows_bf16 = fma_rows_bf16_portable,
+                                    .add_rows = add_rows_portable,
+                                    .pack_transposed = pack_transposed_portable,
+                                    .transpose = transpose_portable,
+                                    .widen_bf16 = widen_bf16_portable,
+                                    .narrow_bf16 = narrow_bf16_portable,
+                                    .stream_bf16 = stream_bf16_portable,
+                                    .name = "portable"};
+
+const MicroKernels& portable_kernels() { return kPortable; }
+
+}  // namespace grouplin::kernels

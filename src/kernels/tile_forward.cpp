@@ -1,0 +1,222 @@
+// The forward tile paths (forward_tile in tile_compute.hpp): dot tiles for experts with few rows,
+// the weights broadcast in place for a few dozen, packed outer-product tiles beyond, BF16 pairs on
+// the sets that have them.
+#include <algorithm>
+#include <cstddef>
+
+#include "kernels/micro_kernels.hpp"
+#include "kernels/tile_compute.hpp"
+#include "kernels/tile_products.hpp"
+
+namespace grouplin::kernels {
+namespace {
+
+// Prefetch distance of the forward dot tiles: kDotAhead groups of weight rows.
+constexpr int64_t kDotAhead = 4;
+
+// For each K block: x rows (widened once per block if BF16) against 3 W rows at a time (widened
+// once per block if BF16), 4 x 3 dot tiles into c.
+void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, float* c, int64_t ldc,
+                 const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
+  const int64_t in = args.in_features;
+  // The weights stream once, in groups of kDotCols rows x kDotDepth: prefetch kDotAhead groups
+  // ahead (rows are a page apart, where hardware prefetchers stop).
+  const int64_t groups = (t.cols + kDotCols - 1) / kDotCols;
+  const auto prefetch_group = [&](int64_t g) {
+    const int64_t k0 = g / groups * kDotDepth, j = g % groups * kDotCols;
+    if (k0 >= in) return;
+    const Region r = region_of(w, t.col0 + j, std::min<int64_t>(kDotCols, t.cols - j), k0,
+                               std::min(kDotDepth, in - k0));
+    Prefetcher(r, 1).step();
+  };
+  int64_t group = 0;
+  for (int64_t g = 0; g < kDotAhead; ++g) prefetch_group(g);
+  for (int64_t k0 = 0; k0 < in; k0 += kDotDepth) {
+    const int64_t kc = std::min(kDotDepth, in - k0);
+    const F32Rows xr = f32_rows(args.x, t.row0, t.rows, k0, kc, s.a);
+    const float* xp = xr.data;
+    const int64_t ldx = xr.ld;
+    for (int64_t j = 0; j < t.cols; j += kDotCols, ++group) {
+      prefetch_group(group + kDotAhead);
+      const int nr = static_cast<int>(std::min<int64_t>(kDotCols, t.cols - j));
+      const std::byte* wp = element(w, t.col0 + j, k0);
+      for (int64_t i = 0; i < t.rows; i += kDotRows) {
+        const int mr = static_cast<int>(std::min<int64_t>(kDotRows, t.rows - i));
+        if (w.dtype == DType::F32) {
+          mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, reinterpret_cast<const float*>(wp), w.ld,
+                      c + i * ldc + j, ldc);
+        } else {
+          mk.dot_tile_bf16(mr, nr, kc, xp + i * ldx, ldx, reinterpret_cast<const uint16_t*>(wp),
+                           w.ld, c + i * ldc + j, ldc);
+        }
+      }
+    }
+  }
+}
+
+// Forward with the roles turned: ct = W_slice · x_rowsᵀ, the weights read in place as the
+// broadcast operand (no packing: each weight is used by only a few rows, so packing would cost a
+// large share of the product) and x packed as B-panels once per depth block. fma(w, x, acc)
+// equals fma(x, w, acc), so this gives the bits of the packed path. ct is [cols][rows] with
+// ldct = `panel_rows` rounded up to 16. The tile's rows from panel_rows on (an expert's last few,
+// forward_dot_tail_start) are summed by dot tiles into tail[row][col] (ld t.cols, zeroed here)
+// while the same weights are in L1.
+struct BroadcastScratch {
+  float* w;     // 6 weight rows widened from BF16: 6 x kBroadcastDepth
+  float* x;     // the dot rows of x widened from BF16: kDotTailMaxRows x kBroadcastDepth
+  float* tail;  // the dot rows' results: kDotTailMaxRows x cols
+  float* rows;  // 8 rows of y on their way out: 8 x cols
+};
+BroadcastScratch broadcast_scratch(const Scratch& s, int64_t cols) {
+  float* w = s.a;
+  float* x = w + kOuterRows * kBroadcastDepth;
+  float* tail = x + kDotTailMaxRows * kBroadcastDepth;
+  return {w, x, tail, tail + kDotTailMaxRows * round_up(cols, kAlignFloats)};
+}
+
+void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+                         int64_t panel_rows, const Region& after, float* ct, int64_t ldct,
+                         const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
+  const BroadcastScratch bs = broadcast_scratch(s, t.cols);
+  const int64_t in = args.in_features;
+  const int64_t dot_rows = t.rows - panel_rows;
+  for (int64_t r = 0; r < dot_rows; ++r) std::fill_n(bs.tail + r * t.cols, t.cols, 0.0f);
+  const int64_t calls = ((t.cols + kOuterRows - 1) / kOuterRows) * (ldct / kOuterCols);
+  for (int64_t k0 = 0; k0 < in; k0 += kBroadcastDepth) {
+    const int64_t kc = std::min(kBroadcastDepth, in - k0);
+    const int64_t next = k0 + kc;
+    Prefetcher prefetch(
+        next < in ? region_of(w, t.col0, t.cols, next, std::min(kBroadcastDepth, in - next))
+                  : after,
+        calls);
+    if (panel_rows > 0) pack_b_transposed(args.x, k0, kc, t.row0, panel_rows, s.b);
+    const F32Rows xd = dot_rows > 0 ? f32_rows(args.x, t.row0 + panel_rows, dot_rows, k0, kc, bs.x)
+                                    : F32Rows{nullptr, 0};
+    for (int64_t n = 0; n < t.cols; n += kOuterRows) {
+      const int h = static_cast<int>(std::min<int64_t>(kOuterRows, t.cols - n));
+      const F32Rows wr = f32_rows(w, t.col0 + n, h, k0, kc, bs.w);
+      const float* a = wr.data;
+      const int64_t lda = wr.ld;
+      // Panels of x holding more than 8 rows go through outer_strips, up to max_strips at once;
+      // a last panel with at most 8 rows computes only those lanes (the rest of ct is never
+      // read).
+      const int64_t full = (panel_rows + 7) / kOuterCols;
+      for (int64_t q = 0; q < full; q += mk.max_strips) {
+        const int ns = static_cast<int>(std::min<int64_t>(mk.max_strips, full - q));
+        for (int i = 0; i < ns; ++i) prefetch.step();
+        mk.outer_strips(h, ns, kc, a, lda, 1, s.b + q * kOuterCols * kc, kOuterCols,
+                        kOuterCols * kc, ct + n * ldct + q * kOuterCols, ldct, k0 > 0);
+      }
+      if (full * kOuterCols < ldct) {
+        prefetch.step();
+        mk.outer_tile(h, 8, kc, a, lda, 1, s.b + full * kOuterCols * kc, kOuterCols,
+                      ct + n * ldct + full * kOuterCols, ldct, k0 > 0);
+      }
+      for (int64_t j = 0; j < h; j += kDotCols) {
+        const int nr = static_cast<int>(std::min<int64_t>(kDotCols, h - j));
+        for (int64_t i = 0; i < dot_rows; i += kDotRows) {
+          const int mr = static_cast<int>(std::min<int64_t>(kDotRows, dot_rows - i));
+          mk.dot_tile(mr, nr, kc, xd.data + i * xd.ld, xd.ld, a + j * lda, lda,
+                      bs.tail + i * t.cols + n + j, t.cols);
+        }
+      }
+    }
+  }
+}
+
+// y = ct transposed (8 rows at a time through registers) and the dot rows, plus the bias.
+void store_broadcast_result(const ForwardArgs& args, const Tile& t, int64_t panel_rows,
+                            const float* ct, int64_t ldct, const Scratch& s) {
+  const auto e = static_cast<size_t>(t.expert);
+  const BroadcastScratch bs = broadcast_scratch(s, t.cols);
+  const bool bias = !args.biases.empty();
+  if (bias) load_f32(args.biases[e], 0, t.col0, t.cols, s.row);
+  const auto store_row = [&](float* yr, int64_t r) {
+    if (bias) {
+      for (int64_t n = 0; n < t.cols; ++n) yr[n] += s.row[n];
+    }
+    store_f32(yr, t.cols, args.y, t.row0 + r, t.col0);
+  };
+  const MicroKernels& mk = micro_kernels();
+  for (int64_t r0 = 0; r0 < panel_rows; r0 += 8) {
+    const int64_t h = std::min<int64_t>(8, panel_rows - r0);
+    mk.transpose(ct + r0, ldct, h, t.cols, bs.rows, t.cols);
+    for (int64_t i = 0; i < h; ++i) store_row(bs.rows + i * t.cols, r0 + i);
+  }
+  for (int64_t r = panel_rows; r < t.rows; ++r) store_row(bs.tail + (r - panel_rows) * t.cols, r);
+}
+
+// y = the tile's sums + the bias (one F32 addition per element), rounded for BF16.
+void add_bias_and_store(const ForwardArgs& args, const Tile& t, const Accumulator& acc,
+                        const Scratch& s) {
+  if (!args.biases.empty()) {
+    load_f32(args.biases[static_cast<size_t>(t.expert)], 0, t.col0, t.cols, s.row);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      float* c = acc.c + r * acc.ldc;
+      for (int64_t j = 0; j < t.cols; ++j) c[j] += s.row[j];
+    }
+  }
+  store_rows(acc, t, args.y, t.row0, t.col0);
+}
+
+// What each operation's tile streams first, for prefetching it from the tile before.
+Region forward_first(const ForwardArgs& args, const Tile* t) {
+  if (t == nullptr) return {};
+  const MatrixRef& w = args.weights[static_cast<size_t>(t->expert)];
+  const int64_t depth =
+      forward_dots(args.expert_rows[static_cast<size_t>(t->expert)], w.dtype == DType::BF16)
+          ? kDotDepth
+          : kOuterDepth;
+  return region_of(w, t->col0, t->cols, 0, std::min(depth, args.in_features));
+}
+
+}  // namespace
+
+void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, float* scratch) {
+  const auto e = static_cast<size_t>(t.expert);
+  const MatrixRef& w = args.weights[e];
+  const Scratch s = split_scratch(t, scratch);
+  const int64_t m = args.expert_rows[e];
+  const bool bf16_operands = w.dtype == DType::BF16 && args.x.dtype == DType::BF16;
+  if (forward_pairs(m, bf16_operands, micro_kernels().pair_tile != nullptr)) {
+    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+    pair_product(t.rows, t.cols, args.in_features, args.x, t.row0, acc.c, acc.ldc, s,
+                 [&](int64_t k0, int64_t kc, uint32_t* b) {
+                   pack_pairs_transposed(w, k0, kc, t.col0, t.cols, b);
+                 });
+    add_bias_and_store(args, t, acc, s);
+    return;
+  }
+  if (forward_broadcasts(m, w.dtype == DType::BF16)) {
+    // The tile's rows before the expert's dot rows go through 16-lane panels into
+    // ct[col][row] (scratch), the rest through dot tiles.
+    const int64_t first_dot = args.first_row[e] + forward_dot_tail_start(m);
+    const int64_t panel_rows = std::clamp<int64_t>(first_dot - t.row0, 0, t.rows);
+    const int64_t ldct = round_up(panel_rows, kOuterCols);
+    forward_broadcast_w(args, w, t, panel_rows, forward_first(args, next), s.c, ldct, s);
+    store_broadcast_result(args, t, panel_rows, s.c, ldct, s);
+    return;
+  }
+  const bool dot = forward_dots(m, w.dtype == DType::BF16);
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, true, dot, t, s);
+  if (dot) {
+    forward_dot(args, w, t, acc.c, acc.ldc, s);
+  } else {
+    outer_product(
+        t.rows, t.cols, args.in_features, acc.c, acc.ldc, s,
+        [&](int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* a) {
+          pack_a_rows_of(args.x, t.row0 + i0, rows, k0, kc, a);
+        },
+        [&](int64_t k0, int64_t kc, float* b) {
+          pack_b_transposed(w, k0, kc, t.col0, t.cols, b);
+          return BBlock{b, kOuterCols};
+        },
+        [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
+        forward_first(args, next));
+  }
+  add_bias_and_store(args, t, acc, s);
+}
+
+}  // namespace grouplin::kernels

@@ -1,0 +1,202 @@
+// Private to the tile paths (tile_forward.cpp, tile_backward.cpp): what they share. One worker's
+// scratch layout, where sums accumulate, prefetching the next block while this one computes, and
+// the two blocked product loops: outer_product (packed or in-place B, 6 x 16 outer-product tiles)
+// and pair_product (BF16 pairs on the AVX512-BF16 and AMX sets).
+//
+//   const Scratch s = split_scratch(tile, scratch);
+//   outer_product(rows, cols, depth, c, ldc, s, pack_a, b_block, b_source, next_first);
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/micro_kernels.hpp"
+#include "kernels/tile_compute.hpp"
+
+namespace grouplin::kernels {
+
+inline constexpr int64_t kAlignFloats = 16;  // 64 bytes
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// One worker's scratch for a tile of rows x cols, in 64-byte aligned pieces:
+//   row  one row of floats (bias, or the old gradient when accumulating)
+//   c    the F32 result tile, when it cannot accumulate in place (ldc = cols rounded to 16)
+//   a    packed A-panels, or widened rows of x / dy for the unpacked paths
+//   b    packed B-panels, or widened rows of W / x for the unpacked paths
+struct Scratch {
+  float* row;
+  float* c;
+  float* a;
+  float* b;
+  int64_t ldc;
+};
+
+struct ScratchSizes {
+  int64_t row, c, a, b;
+  int64_t total() const { return row + c + a + b; }
+};
+
+// The scratch pieces for a tile of rows x cols (their sum is what scratch_floats reserves).
+ScratchSizes sizes_for(int64_t rows, int64_t cols);
+// Tile t's pieces, laid out from `base`.
+Scratch split_scratch(const Tile& t, float* base);
+
+// Where a tile's F32 sums accumulate: in place in an F32 output, else in the scratch tile.
+struct Accumulator {
+  float* c;
+  int64_t ldc;
+  bool in_place;
+};
+
+// zero: whether the path needs zeros to add to (the packed path starts its chains from +0 itself,
+// which gives the same bits without writing the tile twice).
+Accumulator accumulator_for(const MutableMatrixRef& out, int64_t row0, int64_t col0,
+                            bool in_place_allowed, bool zero, const Tile& t, const Scratch& s);
+
+// Rows row0.. (`rows` of them), columns k0.. (kc) of m as F32: read in place when m is F32, else
+// widened into `scratch` (ld kc).
+struct F32Rows {
+  const float* data;
+  int64_t ld;
+};
+inline F32Rows f32_rows(const MatrixRef& m, int64_t row0, int64_t rows, int64_t k0, int64_t kc,
+                        float* scratch) {
+  if (m.dtype == DType::F32) return {reinterpret_cast<const float*>(element(m, row0, k0)), m.ld};
+  for (int64_t r = 0; r < rows; ++r) load_f32(m, row0 + r, k0, kc, scratch + r * kc);
+  return {scratch, kc};
+}
+
+// The bytes the next depth block will pack: `rows` rows of `row_bytes`, `stride` bytes apart.
+struct Region {
+  const std::byte* base = nullptr;
+  int64_t stride = 0;
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+};
+
+// Prefetches a region into L2 a few cache lines at a time, spread over the micro-kernel calls of
+// the current block, so that the weights stream in while the current block computes instead of
+// stalling the next pack.
+class Prefetcher {
+ public:
+  Prefetcher(const Region& r, int64_t calls) : r_(r), row_ptr_(r.base) {
+    lines_per_row_ = (r.row_bytes + 63) / 64;
+    total_ = r.rows * lines_per_row_;
+    per_call_ = calls > 1 ? (total_ + calls - 1) / calls : total_;
+  }
+  // Walks the region with running row and line counters: a division per line (the obvious
+  // row = n / lines_per_row) cost a quarter of the forward time at 32 rows per expert.
+  void step() {
+    for (int64_t n = 0; n < per_call_ && next_ < total_; ++n, ++next_) {
+      __builtin_prefetch(row_ptr_ + line_ * 64, 0, 2);
+      if (++line_ == lines_per_row_) {
+        line_ = 0;
+        row_ptr_ += r_.stride;
+      }
+    }
+  }
+
+ private:
+  Region r_;
+  int64_t lines_per_row_ = 0, total_ = 0, per_call_ = 0, next_ = 0, line_ = 0;
+  const std::byte* row_ptr_;
+};
+
+// The bytes of m's rows r0.. (rows of them) and columns c0.. (cols).
+Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols);
+
+// The row panels of `rows` rows: as few as fit in kOuterRows each, of nearly equal heights (32
+// rows: 6, 6, 5, 5, 5, 5). Below 4 rows a micro-tile has too few accumulators to hide the FMA
+// latency and costs as much as a full one: 32 rows as 6 x 5 + 2 ran 15% slower.
+struct RowPanels {
+  int64_t count, base, extra;  // the first `extra` panels have base + 1 rows, the rest base
+  explicit RowPanels(int64_t rows)
+      : count((rows + kOuterRows - 1) / kOuterRows),
+        base(count > 0 ? rows / count : 0),
+        extra(count > 0 ? rows % count : 0) {}
+  int64_t start(int64_t i) const { return i * base + std::min(i, extra); }
+  int height(int64_t i) const { return static_cast<int>(base + (i < extra ? 1 : 0)); }
+};
+
+// B for one depth block: packed B-panels (F32, ldb = kOuterCols, panel j at j * kc), or, with
+// packed = false, a matrix read in place (F32 or BF16, ldb = its ld, columns j.. at element j).
+struct BBlock {
+  const void* b;
+  int64_t ldb;
+  bool packed = true;
+  bool bf16 = false;
+};
+
+// c[rows x cols] (ldc) += A · B over kc, A packed as RowPanels(rows) (panel i at i * 6 * kc).
+// Full 16-column strips go through outer_strips, up to the set's max_strips at once (the AVX2 set
+// takes one: the loop order of one strip against every row panel, its B strip in L1); a last
+// strip with fewer than 16 columns (packed B only) runs on a zero-padded local copy, so nothing
+// outside the tile is touched (the output may be the caller's tensor, with other threads writing
+// next to it).
+void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const BBlock& b, float* c,
+                 int64_t ldc, bool accumulate, Prefetcher& prefetch);
+
+// The outer-product path shared by forward, dgrad and wgrad: c[rows x cols] = A · B over
+// `depth`, in blocks of kOuterDepth; each block gets B once (b_block(p0, kc, scratch): packed
+// there, or read in place) and packs A in pieces of kOuterBlockRows rows, one row panel at a time
+// (pack_a(i0, rows, p0, kc, a), rows <= kOuterRows), while prefetching what the next block's B will
+// read (b_source(p0, kc)). During the last block it prefetches `after`, the next tile's first
+// block.
+template <class PackA, class BlockB, class SourceB>
+void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t ldc,
+                   const Scratch& s, const PackA& pack_a, const BlockB& b_block,
+                   const SourceB& b_source, const Region& after) {
+  const int64_t calls =
+      ((rows + kOuterRows - 1) / kOuterRows) * ((cols + kOuterCols - 1) / kOuterCols);
+  for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
+    const int64_t kc = std::min(kOuterDepth, depth - p0);
+    const int64_t next = p0 + kc;
+    Prefetcher prefetch(next < depth ? b_source(next, std::min(kOuterDepth, depth - next)) : after,
+                        calls);
+    const BBlock b = b_block(p0, kc, s.b);
+    for (int64_t i0 = 0; i0 < rows; i0 += kOuterBlockRows) {
+      const int64_t mc = std::min(kOuterBlockRows, rows - i0);
+      const RowPanels panels(mc);
+      for (int64_t q = 0; q < panels.count; ++q)
+        pack_a(i0 + panels.start(q), panels.height(q), p0, kc, s.a + q * kOuterRows * kc);
+      outer_tiles(mc, cols, kc, s.a, b, c + i0 * ldc, ldc, p0 > 0, prefetch);
+    }
+  }
+}
+
+// c[rows x cols] (ldc: cols rounded up to 16, scratch) = A · B over `depth` on the pair kernels:
+// A is BF16 rows of `a` from row a_row0 read in place, B packed per depth block of kOuterDepth
+// into pair panels by pack_b(p0, kc, panels). Strip groups outside, row groups inside: a group's
+// B panels (AVX512-BF16: 4 strips, 32 KiB at kc = 256) stay in L1 while every row group of the
+// tile passes over them. Whole 16-column strips are computed (the panels are zero-padded), which
+// the scratch's padded rows have room for.
+template <class PackB>
+void pair_product(int64_t rows, int64_t cols, int64_t depth, const MatrixRef& a, int64_t a_row0,
+                  float* c, int64_t ldc, const Scratch& s, const PackB& pack_b) {
+  const MicroKernels& mk = micro_kernels();
+  auto* panels = reinterpret_cast<uint32_t*>(s.b);
+  const int64_t strips = (cols + kOuterCols - 1) / kOuterCols;
+  for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
+    const int64_t kc = std::min(kOuterDepth, depth - p0);
+    const int64_t b_strip = pair_panel_dwords(kc);
+    pack_b(p0, kc, panels);
+    for (int64_t j = 0; j < strips; j += mk.pair_strips) {
+      const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
+      for (int64_t i = 0; i < rows; i += mk.pair_rows) {
+        const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
+        const auto* ai = reinterpret_cast<const uint16_t*>(element(a, a_row0 + i, p0));
+        mk.pair_tile(h, ns, kc, ai, a.ld, panels + j * b_strip, b_strip,
+                     c + i * ldc + j * kOuterCols, ldc, p0 > 0);
+      }
+    }
+  }
+}
+
+// The rows of a scratch result into the output (rounded for BF16); in place, nothing to do.
+// stream: written once and not read back soon (gradients): non-temporal stores.
+void store_rows(const Accumulator& acc, const Tile& t, const MutableMatrixRef& out, int64_t row0,
+                int64_t col0, bool stream = false);
+
+}  // namespace grouplin::kernels
