@@ -1,8 +1,8 @@
 // The portable kernel set: plain loops for any CPU (the only set in builds for other
-// architectures than x86-64), and the reference for what the AVX2 loops compute: dot_tile's
-// eight partial sums and their tree, outer_tile's one fused multiply-add chain per element.
+// architectures than x86-64). They spell out the summation order the AVX2 loops follow (dot_tile's
+// eight partial sums and their tree, one chain per element in outer_tile and fma_rows) with a
+// separate multiply and add where those fuse, so their last bits differ from the x86 sets'.
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 
 #include "grouplin/dtype.hpp"
