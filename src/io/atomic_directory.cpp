@@ -44,12 +44,12 @@ int AtomicDirectory::DeferredFlush::flush(int fd) {
 
 int AtomicDirectory::DeferredFlush::flush_folder(const std::string&) noexcept { return 0; }
 
+fs::path without_trailing_separator(const fs::path& p) {
+  return !p.has_filename() && p.has_parent_path() && p != p.root_path() ? p.parent_path() : p;
+}
+
 std::unique_ptr<AtomicDirectory> AtomicDirectory::create(const std::string& path) {
-  // "out/" names the directory "out": its temporary sibling goes beside it, not into it.
-  fs::path target = fs::path(path).lexically_normal();
-  if (!target.has_filename() && target.has_parent_path() && target != target.root_path()) {
-    target = target.parent_path();
-  }
+  const fs::path target = without_trailing_separator(fs::path(path).lexically_normal());
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   // Hidden and unique: "." + name + ".tmp.<pid>.<random>". mkdir, not mkdtemp: the directory
   // gets the permissions of any new one (0777 less the umask), not mkdtemp's 0700.

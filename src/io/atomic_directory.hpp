@@ -14,12 +14,17 @@
 // "Sharded directories").
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "grouplin/file.hpp"
 
 namespace grouplin::detail {
+
+// `p` without a trailing '/': "out/" names the directory "out" (whose temporary sibling goes
+// beside it, not into it); the root stays the root. Nothing else is normalized.
+std::filesystem::path without_trailing_separator(const std::filesystem::path& p);
 
 class AtomicDirectory {
  public:

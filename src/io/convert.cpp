@@ -196,8 +196,7 @@ std::filesystem::path resolved(const std::string& p) {
   std::error_code ec;
   std::filesystem::path r = std::filesystem::weakly_canonical(p, ec);
   if (ec) r = std::filesystem::absolute(p).lexically_normal();
-  if (!r.has_filename() && r != r.root_path()) r = r.parent_path();
-  return r;
+  return detail::without_trailing_separator(r);
 }
 
 bool is_within(const std::filesystem::path& inner, const std::filesystem::path& outer) {

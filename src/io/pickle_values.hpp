@@ -131,8 +131,8 @@ class Values {
   size_t memo_count_ = 0;
   std::unordered_set<KeySlot, KeyHash, KeyEqual> dict_keys_;
   // The content hash of each string value used as a dict key, computed once: a memoized 64 KiB
-  // key reused by thousands of dicts was hashed in full on every insert and rehash (13 s for a
-  // 2 MiB pickle).
+  // key reused by thousands of dicts was hashed in full on every insert and rehash (7.4 s for a
+  // 2 MiB pickle, 0.9 s with the cache).
   std::unordered_map<Ref, size_t> key_hashes_;
 };
 
