@@ -21,14 +21,16 @@
 // P.{E}.down_proj.weight are the per-expert form of P.gate_up_proj and P.down_proj.
 // A stacked first tensor of the wrong rank is no module (a rank-2 P.weight is a linear layer),
 // nor one beside a stacked tensor of the wrong rank (a rank-3 P.weight whose P.bias has rank 1
-// is a convolution). Everything else is an ordinary entry and passes through.
+// is a convolution), nor, with detected rules, a stacked te P.weight without P._extra_state
+// beside it (conv1d [C, 1, K] of hybrid models). Everything else is an ordinary entry and passes
+// through, byte for byte.
 // The scan checks every candidate; the problems, each naming the module:
 //   missing indices, a tensor for some experts only, per-expert entries without the
 //   module's first tensor, a required tensor missing .................... PartialExpertSet
 //   one tensor both stacked and per-expert ............................ BothLayoutsPresent
 //   a tensor of the wrong rank, experts of different shapes, dims that disagree between
 //   the module's tensors (a bias not [out]), a stacked tensor with no experts or whose
-//   experts do not split into its parts ..................................... ShapeMismatch
+//   experts do not split into its parts (or its interleaved groups) ......... ShapeMismatch
 //   experts (or parts) of one tensor in different dtypes .................... DTypeMismatch
 //   a key that two rules claim ................................................ RuleConflict
 // plan_conversion with rules given explicitly also refuses a rule set that matches nothing
@@ -57,9 +59,13 @@ namespace grouplin {
 struct ExpertTensor {
   std::string name;  // its name in the single layout: "m.experts.gate_up_proj"
   ExpertLayout layout = ExpertLayout::PerExpert;
-  Shape expert_shape;  // one expert's slice: [2I, H]
+  Shape expert_shape;  // one expert's slice in the per-expert orientation: [2I, H]
   DType dtype = DType::F32;
   std::vector<std::string> keys;  // its entries in the dict, in dict order
+  // How the stacked form stores each expert (StackedTensorRule): transposed ([N, in, out]), and
+  // its rows in `interleave` interleaved groups (gpt-oss's gate and up).
+  bool transposed = false;
+  int64_t interleave = 1;
 };
 
 // One grouped module found in a state dict.
@@ -70,11 +76,13 @@ struct GroupedModule {
   int64_t num_experts = 0;
   int64_t out_features = 0;  // dims of one expert of the first tensor, when it has two
   int64_t in_features = 0;
-  DType dtype = DType::F32;           // of the first tensor (the weights)
-  bool bias = false;                  // it has a tensor P.bias (the te rules)
-  DType bias_dtype = DType::F32;      // of the biases, when bias
-  std::vector<std::string> keys;      // the module's entries in the dict, in dict order
-  std::string rules;                  // name of the rule set that found it: "te", "hf", ...
+  DType dtype = DType::F32;       // of the first tensor (the weights)
+  bool bias = false;              // it has a tensor P.bias (the te rules)
+  DType bias_dtype = DType::F32;  // of the biases, when bias
+  std::vector<std::string> keys;  // the module's entries in the dict, in dict order
+  std::string rules;              // name of the rule set that found it: "te", "hf", ...
+  // Its rule set has no per-expert names of its own (PerExpertForm::TeOnly: stacked on the Hub).
+  bool stacked_only = false;
   std::vector<ExpertTensor> tensors;  // in the rule set's order
 };
 
@@ -85,10 +93,13 @@ struct GroupedScan {
   std::vector<Error> problems;
 };
 
-// The rule sets that fit `dict`: te always, and the Hugging Face set whose per-expert names the
-// keys use (a set with renames, such as hf-mixtral, when a key holds what it renames); for keys
-// of the fused form only, the set `model_type` (config.json) names, else hf. The first set wins
-// a key both would claim (RuleConflict is for explicit sets).
+// The rule sets that fit `dict`. When `model_type` (config.json) names a family GroupLin knows,
+// that family's set alone. Otherwise te (whose stacked weights then need P._extra_state beside
+// them) and at most one Hugging Face structure: the one whose per-expert names the keys use (a
+// set with renames, such as hf-mixtral, when a key holds what it renames); for keys of a stacked
+// form only, gpt-oss when a key ends in "gate_up_proj_bias", else the first of hf and
+// stacked-transposed that finds modules without problems (or, when neither does, hf). The first set
+// wins a key both would claim (RuleConflict is for explicit sets).
 std::vector<LayoutRules> detect_rules(const StateDict& dict, std::string_view model_type = "");
 
 // Finds the grouped modules of `dict` with `rules` (detect_rules(dict) when empty). Never throws
@@ -99,24 +110,44 @@ GroupedScan scan_grouped_modules(const StateDict& dict, const std::vector<Layout
 std::vector<GroupedModule> find_grouped_modules(const StateDict& dict,
                                                 const std::vector<LayoutRules>& rules = {});
 
-// One tensor of a converted checkpoint: its bytes are the bytes of `pieces`, in order. Every piece
-// is a view of the source dict (a whole entry, or a part of one expert of a stacked entry).
+// How one expert's matrix is stored: in the per-expert orientation [rows, cols] or transposed,
+// its rows in order or in `interleave` interleaved groups (StackedTensorRule).
+struct MatrixForm {
+  bool transposed = false;
+  int64_t interleave = 1;
+  bool operator==(const MatrixForm&) const = default;
+};
+
+// The bytes of a planned tensor when they are not the pieces' bytes in order: the pieces hold
+// matrices of rows x cols elements (one per expert, cols = 1 for vectors) one after the other in
+// `from` form, and the tensor holds each in `to` form. Only the stacked-only families need it.
+struct Rearrangement {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  MatrixForm from;
+  MatrixForm to;
+};
+
+// One tensor of a converted checkpoint: its bytes are the bytes of `pieces`, in order (or
+// rearranged, when `rearrange` is set). Every piece is a view of the source dict (a whole entry,
+// or a part of one expert of a stacked entry).
 struct PlannedTensor {
   std::string name;
   DType dtype = DType::F32;
   Shape shape;
   std::vector<Tensor> pieces;
+  std::optional<Rearrangement> rearrange{};
 
   // Bytes of the tensor (the sum of the pieces' bytes).
   uint64_t nbytes() const;
   size_t rank() const { return shape.size(); }
   // Size of dimension d; Requires: d < rank().
   int64_t dim(size_t d) const { return shape[d]; }
-  // Slice i along dim 0 (rank drops by one), as views of the pieces that hold its bytes.
-  // Throws Error(OutOfBounds).
+  // Slice i along dim 0 (rank drops by one), as views of the pieces that hold its bytes. Throws
+  // Error(OutOfBounds); a rearranged tensor can only be sliced by expert (dim 0 is the experts).
   PlannedTensor select(int64_t i) const;
-  // Copies the bytes of the pieces into `dst` (same element count; float dtypes convert as
-  // Tensor::copy_from does). Throws as Tensor::copy_from.
+  // Copies the bytes of the pieces (rearranged) into `dst` (same element count; float dtypes
+  // convert as Tensor::copy_from does). Throws as Tensor::copy_from.
   void copy_to(Tensor& dst) const;
   // A plan of one whole tensor.
   static PlannedTensor of(std::string name, const Tensor& t);
@@ -150,7 +181,9 @@ struct ConversionPlan {
 
 struct PlanOptions {
   // The rule sets; empty: detect_rules(dict, model_type). When given, each must match at least
-  // one module (RuleMatchedNothing).
+  // one module (RuleMatchedNothing). A set named "te" beside a stacked-only family's set (or
+  // alone, when model_type names such a family) asks for TransformerEngine per-expert names for
+  // that family's modules instead of Error(NoPerExpertForm).
   std::vector<LayoutRules> rules{};
   std::string model_type{};  // config.json's model_type, for detect_rules
   // Keep only these experts of every module, renumbered from 0; unset: all. Error(OutOfBounds)
@@ -165,9 +198,12 @@ struct PlanOptions {
 // renamed as the rule sets' renames say for `target`. Modules already in `target` layout (and
 // not sliced) pass through in the dict's order; the others are written in the rule set's order
 // (tensor-major for te, as GroupedLinear::state_dict() orders them; expert-major for hf, as
-// module lists do), in the place of the module's first entry.
+// module lists do), in the place of the module's first entry. A stacked-only family's modules
+// (GroupedModule::stacked_only) go per-expert only under TransformerEngine names when te is asked
+// for (PlanOptions::rules): transposed and de-interleaved, as rearranged pieces.
 // Copies no tensor bytes; the pieces keep the source storages alive.
-// Throws the first problem of scan_grouped_modules, and the errors of PlanOptions above.
+// Throws the first problem of scan_grouped_modules, the errors of PlanOptions above, and
+// Error(NoPerExpertForm) for a stacked-only family's module with target PerExpert without te.
 ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
                                const PlanOptions& options = {});
 

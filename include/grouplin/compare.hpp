@@ -4,13 +4,15 @@
 //   grouplin::CompareReport r = grouplin::compare_checkpoints("a.pt", "b.safetensors");
 //   if (!r.same) for (const std::string& line : r.differences) std::cout << line << "\n";
 //
-// Both files are brought to one form without copying (every grouped module per-expert, as
-// plan_conversion(..., ExpertLayout::PerExpert) plans it); then the two must have the same entry
-// names, and each entry the same dtype, the same shape and the same bytes (bit equality: -0.0
-// differs from 0.0, a NaN equals only the same NaN). Data is read with pread in 256 KiB pieces, so
-// memory stays small whatever the file size. Safetensors metadata is not compared; the CRC-32 of
-// every .pt storage record is checked (PtReadOptions::check_storage_crc). compare_checkpoints
-// shares no state: any number of calls may run at once.
+// Both files are brought to one form without copying (every grouped module per-expert, under
+// its family's per-expert names, or, for a family stored stacked only, stacked under
+// transformers v5's names); a Hub-form and a v5-form save of one model then read the same. The
+// two must have the same entry names, and each entry the same dtype, the same shape and the same
+// bytes (bit equality: -0.0 differs from 0.0, a NaN equals only the same NaN). Data is read with
+// pread in 256 KiB pieces, so memory stays small whatever the file size. Safetensors metadata is
+// not compared; the CRC-32 of every .pt storage record is checked
+// (PtReadOptions::check_storage_crc). compare_checkpoints shares no state: any number of calls may
+// run at once.
 #pragma once
 
 #include <cstddef>

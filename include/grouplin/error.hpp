@@ -55,6 +55,7 @@ namespace grouplin {
   X(InvalidRules)               \
   X(RuleMatchedNothing)         \
   X(RuleConflict)               \
+  X(NoPerExpertForm)            \
   /* Files in general. */       \
   X(IoError)                    \
   X(UnknownFormat)              \

@@ -1,6 +1,7 @@
 // Layout rules: how the experts of a grouped module are named in a checkpoint, declared as data.
 //
 //   grouplin::LayoutRules hf = grouplin::builtin_rules("hf");  // Qwen, OLMoE, DeepSeek names
+//   grouplin::LayoutRules q = grouplin::builtin_rules("ernie4_5_moe");  // hf + Ernie's renames
 //   grouplin::LayoutRules mine = grouplin::parse_rules(R"({"name": "mine", "tensors": [
 //       {"stacked": "{prefix}w", "parts": ["{prefix}w{expert}"], "dims": ["out", "in"]}]})",
 //       "inline rules");
@@ -9,20 +10,31 @@
 // A rule set names, for one module family, each stacked tensor and the per-expert tensors it is
 // made of, and the renames that go with stacking. The engine (checkpoint_layout.hpp) does the
 // rest both ways: stack a module list (MergeModulelist in transformers v5), concatenate
-// several projections along a dim (Concatenate), and the inverses (unbind, split in equal parts).
-// docs/rules.md describes the JSON form; the built-in sets are:
+// several projections along a dim (Concatenate), transpose and interleave (the stacked-only
+// families), and the inverses. docs/rules.md describes the JSON form and the model families.
+// The built-in structures are:
 //
-//   te          TransformerEngine / Megatron: P.weight{i} [out, in] <-> P.weight [N, out, in];
-//               P.bias{i} [out] <-> P.bias [N, out] (read also as [N, 1, out]); weight and bias
-//               each in its own layout (a single weight beside per-expert biases is valid)
-//   hf          Hugging Face module lists of Qwen2/3-MoE, OLMoE, DeepSeek-V2/V3, GLM4-MoE, Jamba:
-//               P.{E}.gate_proj.weight + P.{E}.up_proj.weight <-> P.gate_up_proj [N, 2I, H],
-//               P.{E}.down_proj.weight <-> P.down_proj [N, H, I] (transformers v5's fused form),
-//               and FP8 scales alike (P.{E}.gate_proj.weight_scale_inv <->
-//               P.gate_up_proj_scale_inv)
-//   hf-w1w3     the same with w1 (gate), w3 (up), w2 (down): PhiMoE, LFM2-MoE
-//   hf-mixtral  w1/w3/w2 under "block_sparse_moe.", which the fused form renames to "mlp." in
-//               every key, the router's included: Mixtral, MiniMax
+//   te           TransformerEngine / Megatron: P.weight{i} [out, in] <-> P.weight [N, out, in];
+//                P.bias{i} [out] <-> P.bias [N, out] (read also as [N, 1, out]); weight and bias
+//                each in its own layout. A stacked P.weight counts only with P._extra_state
+//                beside it, unless te is asked for by name (a rank-3 weight may be a convolution)
+//   hf           Hugging Face module lists (Qwen2/3-MoE, OLMoE, DeepSeek-V2/V3, GLM4-MoE, ...):
+//                P.{E}.gate_proj.weight + P.{E}.up_proj.weight <-> P.gate_up_proj [N, 2I, H],
+//                P.{E}.down_proj.weight <-> P.down_proj [N, H, I] (transformers v5's fused form),
+//                and FP8 scales alike (P.{E}.gate_proj.weight_scale_inv <->
+//                P.gate_up_proj_scale_inv)
+//   hf-w1w3      the same with w1 (gate), w3 (up), w2 (down): LFM2-MoE
+//   hf-mixtral   w1/w3/w2 under "block_sparse_moe.", which the fused form renames to "mlp." in
+//                every key, the router's included: Mixtral, MiniMax
+//   hf-fc        fc1 (gate), fc3 (up), fc2 (down)
+//   hf-up-down   up_proj and down_proj without a gate (Nemotron-H)
+//   stacked      experts stacked on the Hub already, [N, out, in] (GraniteMoE); no per-expert
+//                names: per-expert output is TransformerEngine's P.gate_up_proj.weight{i}, only
+//                when te is asked for
+//   stacked-transposed  the same stored [N, in, out] (Llama 4, Aria)
+//   gpt-oss      stored [N, in, out] with gate/up interleaved by column and expert biases
+//
+// and every model family of transformers (model_families()) is one of them plus its renames.
 //
 // Patterns: "{prefix}" is a key prefix (empty, or ending in '.'), "{expert}" an expert index
 // (decimal, no leading zero, at most 9 digits: the rule of every expert name in GroupLin).
@@ -51,25 +63,77 @@ struct StackedTensorRule {
   bool optional = false;
   // The stacked tensor may also be saved with a unit dim after the experts ([N, 1, out]).
   bool unit_dim = false;
+  // The stacked tensor holds each expert transposed: [N, in, out] for parts [out, in] (Llama 4,
+  // gpt-oss compute x @ W). Needs two dims.
+  bool transposed = false;
+  // > 1: the stacked tensor interleaves this many equal groups of the expert's rows (in the parts'
+  // [out, ...] orientation): row r of group g is its row r * interleave + g (gpt-oss's gate and up,
+  // [..., ::2] and [..., 1::2]); the per-expert form holds the groups one after the other.
+  int64_t interleave = 1;
+};
+
+// What the per-expert names of a rule set are.
+enum class PerExpertForm {
+  // The names checkpoints of the family use (module lists, TE's weight{i}): per-expert output is
+  // an ordinary layout of the family.
+  Native,
+  // The family stores its experts stacked only; `parts` are TransformerEngine / Megatron names
+  // (P.gate_up_proj.weight{i} [out, in]), written only when te is asked for (PlanOptions::rules
+  // naming "te"); otherwise per-expert output is Error(NoPerExpertForm).
+  TeOnly,
 };
 
 struct LayoutRules {
   std::string name;
-  // Substring renames from the per-expert spelling to the single one, applied to every key of a
-  // checkpoint written in the single layout, and reversed for the per-expert layout.
+  // Substring renames from the per-expert spelling to the single one, applied in order to every
+  // key of a checkpoint written in the single layout, and undone in reverse order for the
+  // per-expert layout. Stacked names are matched after the renames, so a family whose Hub names
+  // of stacked experts differ from transformers v5's (GraniteMoE's input_linear.weight ->
+  // experts.gate_up_proj) is a rename too. A TeOnly set's per-expert names are spelled like its
+  // single ones: the renames apply to both. A source starting with '^' ("^head.weight") renames
+  // the start of a key only.
   std::vector<std::pair<std::string, std::string>> renames;
+  // When not empty ("model."): in a key starting with this text, renames (not anchored ones, nor
+  // ones that look for this text) apply after it only, as transformers matches them below the
+  // base model ("model.norm.weight" holds no ".norm.").
+  std::string renames_after;
   std::vector<StackedTensorRule> tensors;
   // Per-expert entries ordered expert by expert (0.gate, 0.up, 0.down, 1.gate, ...), as module
   // lists save them; otherwise tensor by tensor (weight0..weight{N-1}, bias0..), as TE does.
   bool expert_major = false;
+  PerExpertForm per_expert = PerExpertForm::Native;
+  // When not empty ("{prefix}_extra_state" for te): a module whose first tensor is stacked counts
+  // only with this entry beside it, unless the set was asked for by name. A rank-3 "P.weight" is
+  // TE's only with TE's other entry; without it, it may be a convolution (conv1d [C, 1, K]).
+  std::string stacked_needs;
+  // When not empty ("experts."): a module's prefix must end with this text. transformers calls
+  // every module of experts "experts"; a list of dense MLPs (LongCat's mlps.0.gate_proj) is not
+  // one.
+  std::string prefix_ends_with;
 };
 
-// The names builtin_rules knows: "te", "hf", "hf-w1w3", "hf-mixtral".
+// One model family of transformers v5's checkpoint conversion mapping, as GroupLin applies it.
+struct ModelFamily {
+  std::string model_type;  // config.json's "model_type": "qwen3_moe"
+  std::string structure;   // the built-in set it builds on: "hf", "hf-mixtral", "gpt-oss", ...
+  // Its own renames (transformers' literal WeightRenaming entries), after the structure's.
+  std::vector<std::pair<std::string, std::string>> renames;
+  // What of transformers' mapping for the type GroupLin does not apply ("" when nothing): renames
+  // that are regular expressions, conversions of tensors that are not experts.
+  std::string not_applied;
+};
+
+// The families GroupLin knows, by model type (docs/rules.md has the table and the transformers
+// version it was checked against).
+const std::vector<ModelFamily>& model_families();
+// The built-in structures (above), then every family's model type.
 std::vector<std::string> builtin_rule_names();
-// A built-in set (above). Throws Error(InvalidArgument) naming the known sets for another name.
+// A built-in structure, or the set of a family by its model type (named after it: the
+// structure's tensors, its renames then the family's). Throws Error(InvalidArgument) naming the
+// structures for an unknown name.
 LayoutRules builtin_rules(std::string_view name);
-// The built-in set for a transformers `model_type` (config.json): "mixtral" -> hf-mixtral,
-// "qwen3_moe" -> hf, ...; nullopt when the type has no fused experts GroupLin knows.
+// The model type's own set name (the model type itself) when GroupLin knows the family; nullopt
+// otherwise ("llama": no grouped experts).
 std::optional<std::string> rules_for_model_type(std::string_view model_type);
 
 // Parses a rule set from its JSON form (docs/rules.md). `source` names it in messages. Throws
@@ -77,6 +141,9 @@ std::optional<std::string> rules_for_model_type(std::string_view model_type);
 // missing fields, a pattern without exactly one "{prefix}" at its start (and, for parts, one
 // "{expert}"), no tensors, an optional first tensor, dims that differ in count between parts.
 LayoutRules parse_rules(std::string_view json, const std::string& source);
+// The JSON form of `rules` (docs/rules.md), fields at their defaults left out: what
+// parse_rules reads back into an equal set.
+std::string rules_to_json(const LayoutRules& rules);
 // parse_rules of the file at `path`; also Error(IoError) if it cannot be read.
 LayoutRules load_rules(const std::string& path);
 

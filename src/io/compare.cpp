@@ -9,6 +9,8 @@
 
 #include "grouplin/error.hpp"
 #include "io/checkpoint_source.hpp"
+#include "io/planned_reader.hpp"
+#include "layout/plan.hpp"
 
 namespace grouplin {
 namespace {
@@ -92,8 +94,8 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
   Canonical c;
   c.src = detail::CheckpointSource::open(path, pt);
   try {
-    c.plan = plan_conversion(
-        c.src->tensors(), ExpertLayout::PerExpert,
+    c.plan = layout::plan(
+        c.src->tensors(), layout::Target::Compare,
         {options.rules, options.model_type.empty() ? c.src->model_type() : options.model_type,
          std::nullopt});
   } catch (const Error& e) {
@@ -104,21 +106,20 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
 }
 
 // Compares the bytes of two tensors of the same dtype and shape; returns "" when equal, else the
-// description of the difference. Per-expert plans have exactly one piece per tensor.
+// description of the difference.
 std::string compare_values(const Canonical& a, const PlannedTensor& ta, const Canonical& b,
                            const PlannedTensor& tb, std::vector<std::byte>& buf_a,
                            std::vector<std::byte>& buf_b) {
-  const Tensor& pa = ta.pieces.front();
-  const Tensor& pb = tb.pieces.front();
-  const uint64_t n = pa.nbytes();
+  detail::PlannedReader ra(*a.src, ta), rb(*b.src, tb);
+  const uint64_t n = ta.nbytes();
   const size_t esize = dtype_size(ta.dtype);
   uint64_t differing = 0;
   uint64_t first = 0;
   std::string first_values;
   for (uint64_t at = 0; at < n; at += kChunk) {
     const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, n - at));
-    a.src->read(pa, at, std::span(buf_a.data(), len));
-    b.src->read(pb, at, std::span(buf_b.data(), len));
+    ra.read(std::span(buf_a.data(), len));
+    rb.read(std::span(buf_b.data(), len));
     if (std::memcmp(buf_a.data(), buf_b.data(), len) == 0) continue;
     for (size_t e = 0; e < len; e += esize) {
       if (std::memcmp(buf_a.data() + e, buf_b.data() + e, esize) == 0) continue;

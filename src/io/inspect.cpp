@@ -2,6 +2,7 @@
 #include "grouplin/inspect.hpp"
 
 #include "io/checkpoint_source.hpp"
+#include "layout/plan.hpp"
 
 namespace grouplin {
 
@@ -21,10 +22,8 @@ CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<
     s.skipped_files = dir->skipped;
     s.model_type = dir->model_type;
   }
-  s.scan = scan_grouped_modules(
-      s.tensors, rules.empty()
-                     ? detect_rules(s.tensors, model_type.empty() ? s.model_type : model_type)
-                     : rules);
+  s.scan = layout::scan(s.tensors,
+                        {rules, model_type.empty() ? s.model_type : std::string(model_type), {}});
   return s;
 }
 

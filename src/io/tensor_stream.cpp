@@ -6,6 +6,7 @@
 #include <new>
 
 #include "grouplin/error.hpp"
+#include "io/planned_reader.hpp"
 #include "io/zip.hpp"
 
 namespace grouplin::detail {
@@ -74,29 +75,25 @@ void TensorStream::read_all() {
       }
       pos = start;
       uint32_t crc = 0;
-      uint64_t left = tensors_[k].nbytes();
-      for (const Tensor& piece : tensors_[k].pieces) {
-        const uint64_t n = piece.nbytes();
-        for (uint64_t at = 0; at < n;) {
-          if (slot == nullptr) {
-            if ((slot = acquire()) == nullptr) return;
-            // Same address as the output offset modulo the page size (and the chunk).
-            slot->begin = slot->end = static_cast<size_t>(pos % kChunk);
-          }
-          const uint64_t room = kChunk - slot->end;
-          const size_t len = static_cast<size_t>(std::min(room, n - at));
-          const std::span<std::byte> dst(slot->buffer.get() + slot->end, len);
-          src_.read(piece, at, dst);
-          if (want_crc_) crc = zip::crc32(crc, dst);
-          slot->end += len;
-          at += len;
-          pos += len;
-          left -= len;
-          if (left == 0) crcs_[k] = crc;  // published to drain() with the slot, below or later
-          if (slot->end == kChunk) {
-            publish();
-            slot = nullptr;
-          }
+      PlannedReader reader(src_, tensors_[k]);
+      while (reader.left() > 0) {
+        if (slot == nullptr) {
+          if ((slot = acquire()) == nullptr) return;
+          // Same address as the output offset modulo the page size (and the chunk).
+          slot->begin = slot->end = static_cast<size_t>(pos % kChunk);
+        }
+        const uint64_t room = kChunk - slot->end;
+        const size_t len = static_cast<size_t>(std::min(room, reader.left()));
+        const std::span<std::byte> dst(slot->buffer.get() + slot->end, len);
+        reader.read(dst);
+        if (want_crc_) crc = zip::crc32(crc, dst);
+        slot->end += len;
+        pos += len;
+        // Set before the slot holding the tensor's end is published: drain() may then read it.
+        if (reader.left() == 0) crcs_[k] = crc;
+        if (slot->end == kChunk) {
+          publish();
+          slot = nullptr;
         }
       }
     }

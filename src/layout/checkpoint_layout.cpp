@@ -1,143 +1,110 @@
 // Grouped modules by layout rules, and conversion plans as lists of views (see
-// include/grouplin/checkpoint_layout.hpp). The scan itself is layout/module_scan.cpp.
+// include/grouplin/checkpoint_layout.hpp). The scan itself is layout/module_scan.cpp; the
+// per-module planning layout/module_plan.cpp.
 #include "grouplin/checkpoint_layout.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 
-#include "layout/key_pattern.hpp"
+#include "layout/compiled_rules.hpp"
+#include "layout/module_plan.hpp"
 #include "layout/module_scan.hpp"
+#include "layout/plan.hpp"
+#include "layout/renames.hpp"
 
 namespace grouplin {
 namespace {
 
-const std::vector<LayoutRules>& or_detected(const std::vector<LayoutRules>& rules,
-                                            const StateDict& dict, std::vector<LayoutRules>& own,
-                                            std::string_view model_type) {
-  if (!rules.empty()) return rules;
-  own = detect_rules(dict, model_type);
-  return own;
+std::vector<layout::CompiledRules> compiled(const std::vector<LayoutRules>& rules) {
+  std::vector<layout::CompiledRules> out;
+  out.reserve(rules.size());
+  for (const LayoutRules& r : rules) out.push_back(layout::compile_rules(r, r.name));
+  return out;
 }
 
-// Emits one module in the target layout, as views of its entries.
-class ModulePlanner {
- public:
-  ModulePlanner(const layout::FoundModule& f, const GroupedModule& g, const LayoutRules& r,
-                int64_t begin, int64_t end)
-      : f_(f), g_(g), r_(r), begin_(begin), end_(end) {
-    std::string error;
-    for (const StackedTensorRule& t : r.tensors) {
-      stacked_.push_back(*layout::KeyPattern::compile(t.stacked, false, error));
-      parts_.emplace_back();
-      for (const std::string& p : t.parts) {
-        parts_.back().push_back(*layout::KeyPattern::compile(p, true, error));
-      }
-    }
-  }
+bool any_key_matches(const StateDict& dict, const layout::KeyPattern& p, size_t rank = 0) {
+  return std::any_of(dict.begin(), dict.end(), [&](const StateDict::Entry& e) {
+    return (rank == 0 || e.second.rank() == rank) && p.match(e.first).has_value();
+  });
+}
 
-  void single(std::vector<PlannedTensor>& out) const {
-    for (size_t t = 0; t < f_.tensors.size(); ++t) {
-      const layout::FoundTensor& ft = f_.tensors[t];
-      if (!ft.present) continue;
-      const ExpertTensor& et = tensor_info(t);
-      PlannedTensor p{stacked_[t].format(f_.canonical), et.dtype, et.expert_shape, {}};
-      p.shape.insert(p.shape.begin(), end_ - begin_);
-      if (ft.stacked != nullptr) {
-        p.pieces.push_back(ft.stacked->second.rows(begin_, end_ - begin_));
-      } else {
-        for (int64_t e = begin_; e < end_; ++e) {
-          for (const auto& part : ft.parts) p.pieces.push_back(part.at(e)->second);
-        }
-      }
-      out.push_back(std::move(p));
-    }
+// The Hugging Face structure whose per-expert names the keys use.
+std::optional<std::string> structure_of_module_lists(const StateDict& dict) {
+  for (const char* name : {"hf-mixtral", "hf-w1w3", "hf-fc", "hf", "hf-up-down"}) {
+    const layout::CompiledRules c = layout::compile_rules(builtin_rules(name), name);
+    const std::string* renamed_from = c.rules.renames.empty() ? nullptr : &c.rules.renames[0].first;
+    const bool found = std::any_of(dict.begin(), dict.end(), [&](const StateDict::Entry& e) {
+      return (renamed_from == nullptr || e.first.find(*renamed_from) != std::string::npos) &&
+             c.parts[0][0].match(e.first).has_value();
+    });
+    if (found) return name;
   }
+  return std::nullopt;
+}
 
-  void per_expert(std::vector<PlannedTensor>& out) const {
-    if (r_.expert_major) {
-      for (int64_t e = begin_; e < end_; ++e) {
-        for (size_t t = 0; t < f_.tensors.size(); ++t) expert_parts(t, e, out);
-      }
-    } else {
-      for (size_t t = 0; t < f_.tensors.size(); ++t) {
-        for (int64_t e = begin_; e < end_; ++e) expert_parts(t, e, out);
-      }
-    }
+// The structure of stacked experts without a family to name it: shapes tell the orientation.
+std::optional<std::string> structure_of_stacked(const StateDict& dict) {
+  const layout::CompiledRules gpt = layout::compile_rules(builtin_rules("gpt-oss"), "gpt-oss");
+  if (any_key_matches(dict, gpt.stacked[1], 2)) return "gpt-oss";  // gate_up_proj_bias [N, 2I]
+  std::optional<std::string> first_match;
+  for (const char* name : {"hf", "stacked-transposed", "hf-up-down"}) {
+    const std::vector<layout::CompiledRules> one = {
+        layout::compile_rules(builtin_rules(name), name)};
+    if (!any_key_matches(dict, one[0].stacked[0], 3)) continue;
+    const layout::ModuleScan s = layout::scan_modules(dict, one, false);
+    if (!s.scan.modules.empty() && s.scan.problems.empty()) return name;
+    if (!first_match) first_match = name;
   }
+  return first_match;
+}
 
- private:
-  const ExpertTensor& tensor_info(size_t t) const {
-    size_t k = 0;  // g_.tensors holds only the present tensors
-    for (size_t i = 0; i < t; ++i) k += f_.tensors[i].present;
-    return g_.tensors[k];
-  }
-
-  void expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>& out) const {
-    const layout::FoundTensor& ft = f_.tensors[t];
-    if (!ft.present) return;
-    Tensor slice;
-    if (ft.stacked != nullptr) {
-      slice = ft.stacked->second.select(e);
-      if (ft.unit_dim) slice = slice.select(0);
-    }
-    int64_t row = 0;
-    for (size_t p = 0; p < parts_[t].size(); ++p) {
-      const std::string name = parts_[t][p].format(f_.spelled, e - begin_);
-      const Tensor piece =
-          ft.stacked != nullptr ? slice.rows(row, ft.part_rows[p]) : ft.parts[p].at(e)->second;
-      row += ft.part_rows[p];
-      out.push_back(PlannedTensor::of(name, piece));
-    }
-  }
-
-  const layout::FoundModule& f_;
-  const GroupedModule& g_;
-  const LayoutRules& r_;
-  int64_t begin_, end_;
-  std::vector<layout::KeyPattern> stacked_;
-  std::vector<std::vector<layout::KeyPattern>> parts_;
+struct ResolvedRules {
+  std::vector<layout::CompiledRules> sets;
+  bool explicit_rules = false;
+  bool te_names = false;  // te was asked for: stacked-only families may go per-expert
 };
+
+ResolvedRules resolve(const StateDict& dict, const PlanOptions& o) {
+  ResolvedRules out;
+  if (o.rules.empty()) {
+    out.sets = compiled(detect_rules(dict, o.model_type));
+    return out;
+  }
+  out.explicit_rules = true;
+  std::vector<LayoutRules> rules = o.rules;
+  auto is_te = [](const LayoutRules& r) { return r.name == "te"; };
+  auto stacked_only = [](const LayoutRules& r) { return r.per_expert == PerExpertForm::TeOnly; };
+  out.te_names = std::any_of(rules.begin(), rules.end(), is_te);
+  if (out.te_names && std::none_of(rules.begin(), rules.end(), stacked_only)) {
+    // "te" alone for a stacked-only family named by config.json: that family, under TE names.
+    if (std::optional<std::string> f = rules_for_model_type(o.model_type)) {
+      LayoutRules family = builtin_rules(*f);
+      if (stacked_only(family)) rules.push_back(std::move(family));
+    }
+  }
+  if (out.te_names && std::any_of(rules.begin(), rules.end(), stacked_only)) {
+    // Then "te" asks for names; it is not a set of its own.
+    rules.erase(std::remove_if(rules.begin(), rules.end(), is_te), rules.end());
+  }
+  out.sets = compiled(rules);
+  return out;
+}
 
 }  // namespace
 
 std::vector<LayoutRules> detect_rules(const StateDict& dict, std::string_view model_type) {
+  if (std::optional<std::string> family = rules_for_model_type(model_type)) {
+    return {builtin_rules(*family)};
+  }
   std::vector<LayoutRules> out = {builtin_rules("te")};
-  std::optional<std::string> chosen;
-  if (!model_type.empty()) chosen = rules_for_model_type(model_type);
-  if (!chosen) {
-    // Per-expert names: a set with renames when a key holds what they rename.
-    std::string error;
-    for (const char* name : {"hf-mixtral", "hf-w1w3", "hf"}) {
-      const LayoutRules r = builtin_rules(name);
-      const layout::KeyPattern p = *layout::KeyPattern::compile(r.tensors[0].parts[0], true, error);
-      for (const auto& [key, t] : dict) {
-        const bool renamed = r.renames.empty() || key.find(r.renames[0].first) != std::string::npos;
-        if (renamed && p.match(key)) {
-          chosen = name;
-          break;
-        }
-      }
-      if (chosen) break;
-    }
-  }
-  if (!chosen) {
-    // The fused form alone: its names do not tell the family, hf is the common one.
-    std::string error;
-    const layout::KeyPattern fused =
-        *layout::KeyPattern::compile(builtin_rules("hf").tensors[0].stacked, false, error);
-    for (const auto& [key, t] : dict) {
-      if (t.rank() == 3 && fused.match(key)) {
-        chosen = "hf";
-        break;
-      }
-    }
-  }
+  std::optional<std::string> chosen = structure_of_module_lists(dict);
+  if (!chosen) chosen = structure_of_stacked(dict);
   if (chosen) out.push_back(builtin_rules(*chosen));
   return out;
 }
 
 GroupedScan scan_grouped_modules(const StateDict& dict, const std::vector<LayoutRules>& rules) {
-  std::vector<LayoutRules> own;
-  return layout::scan_modules(dict, or_detected(rules, dict, own, ""), !rules.empty()).scan;
+  return layout::scan(dict, {rules, "", std::nullopt});
 }
 
 std::vector<GroupedModule> find_grouped_modules(const StateDict& dict,
@@ -147,6 +114,99 @@ std::vector<GroupedModule> find_grouped_modules(const StateDict& dict,
   return std::move(scan.modules);
 }
 
+ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
+                               const PlanOptions& options) {
+  return layout::plan(
+      dict, target == ExpertLayout::Single ? layout::Target::Single : layout::Target::PerExpert,
+      options);
+}
+
+namespace layout {
+
+GroupedScan scan(const StateDict& dict, const PlanOptions& options) {
+  const ResolvedRules rules = resolve(dict, options);
+  return scan_modules(dict, rules.sets, rules.explicit_rules).scan;
+}
+
+// A family transformers knows but GroupLin cannot convert exactly has no per-expert form to
+// write: leaving its experts as they are would not be what was asked for.
+void refuse_unsupported_family(std::string_view model_type) {
+  for (const ModelFamily& f : model_families()) {
+    if (f.model_type != model_type || !f.structure.empty()) continue;
+    throw Error(ErrorCode::NoPerExpertForm, "model type " + quote(model_type) +
+                                                " (config.json): GroupLin has no rules for "
+                                                "this family's experts (" +
+                                                f.not_applied +
+                                                "), so no per-expert form to write");
+  }
+}
+
+ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& options) {
+  if (target == Target::PerExpert && options.rules.empty()) {
+    refuse_unsupported_family(options.model_type);
+  }
+  const ResolvedRules rules = resolve(dict, options);
+  ModuleScan ms = scan_modules(dict, rules.sets, rules.explicit_rules);
+  if (!ms.scan.problems.empty()) throw ms.scan.problems.front();
+  if (rules.explicit_rules) {
+    for (size_t s = 0; s < rules.sets.size(); ++s) {
+      if (ms.matched[s]) continue;
+      const LayoutRules& r = rules.sets[s].rules;
+      throw Error(ErrorCode::RuleMatchedNothing,
+                  "layout rules " + quote(r.name) + " match no entry of the checkpoint (no " +
+                      quote(r.tensors[0].stacked) + " nor " + quote(r.tensors[0].parts[0]) + ")");
+    }
+  }
+  const bool sliced = options.experts.has_value();
+  const int64_t begin = sliced ? options.experts->begin : 0;
+  if (sliced && (begin < 0 || options.experts->end <= begin)) {
+    throw Error(ErrorCode::OutOfBounds, "experts " + std::to_string(begin) + ":" +
+                                            std::to_string(options.experts->end) +
+                                            ": expected 0 <= begin < end");
+  }
+  ConversionPlan plan;
+  plan.modules = ms.scan.modules;
+  // Entry name -> module, and whether it is the module's first entry.
+  std::unordered_map<std::string, std::pair<size_t, bool>> owner;
+  std::vector<ModuleTarget> targets;
+  for (size_t m = 0; m < plan.modules.size(); ++m) {
+    const GroupedModule& g = plan.modules[m];
+    if (sliced && options.experts->end > g.num_experts) {
+      throw Error(ErrorCode::OutOfBounds, "experts " + std::to_string(begin) + ":" +
+                                              std::to_string(options.experts->end) +
+                                              " of grouped module " + quote(g.prefix) +
+                                              ", which has " + std::to_string(g.num_experts));
+    }
+    targets.push_back(module_target(g, target, rules.te_names));
+    for (size_t k = 0; k < g.keys.size(); ++k) owner.emplace(g.keys[k], std::pair(m, k == 0));
+  }
+  // Entries of no module take each matched set's renames, in the direction of its modules.
+  auto renamed_all = [&](const std::string& key) {
+    std::string out = key;
+    for (size_t s = 0; s < rules.sets.size(); ++s) {
+      const LayoutRules& r = rules.sets[s].rules;
+      if (ms.matched[s]) out = renamed(out, r, renames_to_single(r, target));
+    }
+    return out;
+  };
+  for (const auto& [name, tensor] : dict) {
+    auto it = owner.find(name);
+    if (it == owner.end()) {
+      plan.tensors.push_back(PlannedTensor::of(renamed_all(name), tensor));
+      continue;
+    }
+    if (!it->second.second) continue;  // emitted with the module's first entry
+    const size_t m = it->second.first;
+    const FoundModule& f = ms.found[m];
+    const ModulePlanner planner(f, plan.modules[m], rules.sets[f.rules], begin,
+                                sliced ? options.experts->end : plan.modules[m].num_experts);
+    planner.emit(targets[m], sliced, dict, plan.tensors);
+  }
+  return plan;
+}
+
+}  // namespace layout
+
 uint64_t PlannedTensor::nbytes() const {
   uint64_t n = 0;
   for (const Tensor& p : pieces) n += p.nbytes();
@@ -155,20 +215,6 @@ uint64_t PlannedTensor::nbytes() const {
 
 PlannedTensor PlannedTensor::of(std::string name, const Tensor& t) {
   return {std::move(name), t.dtype(), t.shape(), {t}};
-}
-
-void PlannedTensor::copy_to(Tensor& dst) const {
-  if (shape_numel(shape) != dst.numel()) {
-    throw Error(ErrorCode::ShapeMismatch, "copying planned tensor " + quote(name) + " " +
-                                              shape_to_string(shape) + " into " +
-                                              shape_to_string(dst.shape()));
-  }
-  Tensor flat = dst.reshape({dst.numel()});
-  int64_t at = 0;
-  for (const Tensor& piece : pieces) {
-    flat.rows(at, piece.numel()).copy_from(piece);
-    at += piece.numel();
-  }
 }
 
 PlannedDict::PlannedDict(const StateDict& dict) {
@@ -191,104 +237,6 @@ PlannedDict::PlannedDict(std::vector<PlannedTensor> tensors) : tensors_(std::mov
 const PlannedTensor* PlannedDict::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];
-}
-
-PlannedTensor PlannedTensor::select(int64_t i) const {
-  if (shape.empty() || i < 0 || i >= shape[0]) {
-    throw Error(ErrorCode::OutOfBounds, "select(" + std::to_string(i) + ") on planned tensor " +
-                                            quote(name) + " of shape " + shape_to_string(shape));
-  }
-  PlannedTensor out{name, dtype, Shape(shape.begin() + 1, shape.end()), {}};
-  const int64_t slab = shape_numel(out.shape);
-  int64_t begin = i * slab, left = slab;  // in elements, across the pieces
-  for (const Tensor& piece : pieces) {
-    if (left == 0) break;
-    const int64_t n = piece.numel();
-    if (begin >= n) {
-      begin -= n;
-      continue;
-    }
-    const int64_t take = std::min(left, n - begin);
-    out.pieces.push_back(piece.reshape({n}).rows(begin, take));
-    left -= take;
-    begin = 0;
-  }
-  return out;
-}
-
-ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
-                               const PlanOptions& options) {
-  std::vector<LayoutRules> own;
-  const std::vector<LayoutRules>& rules = or_detected(options.rules, dict, own, options.model_type);
-  layout::ModuleScan ms = layout::scan_modules(dict, rules, !options.rules.empty());
-  if (!ms.scan.problems.empty()) throw ms.scan.problems.front();
-  if (!options.rules.empty()) {
-    for (size_t s = 0; s < rules.size(); ++s) {
-      if (!ms.matched[s]) {
-        throw Error(ErrorCode::RuleMatchedNothing, "layout rules " + quote(rules[s].name) +
-                                                       " match no entry of the checkpoint (no " +
-                                                       quote(rules[s].tensors[0].stacked) +
-                                                       " nor " +
-                                                       quote(rules[s].tensors[0].parts[0]) + ")");
-      }
-    }
-  }
-  const bool sliced = options.experts.has_value();
-  const int64_t begin = sliced ? options.experts->begin : 0;
-  if (sliced && (begin < 0 || options.experts->end <= begin)) {
-    throw Error(ErrorCode::OutOfBounds, "experts " + std::to_string(begin) + ":" +
-                                            std::to_string(options.experts->end) +
-                                            ": expected 0 <= begin < end");
-  }
-  ConversionPlan plan;
-  plan.modules = ms.scan.modules;
-  // Entry name -> module, and whether it is the module's first entry.
-  std::unordered_map<std::string, std::pair<size_t, bool>> owner;
-  for (size_t m = 0; m < plan.modules.size(); ++m) {
-    const GroupedModule& g = plan.modules[m];
-    if (sliced && options.experts->end > g.num_experts) {
-      throw Error(ErrorCode::OutOfBounds, "experts " + std::to_string(begin) + ":" +
-                                              std::to_string(options.experts->end) +
-                                              " of grouped module " + quote(g.prefix) +
-                                              ", which has " + std::to_string(g.num_experts));
-    }
-    for (size_t k = 0; k < g.keys.size(); ++k) owner.emplace(g.keys[k], std::pair(m, k == 0));
-  }
-  const bool to_single = target == ExpertLayout::Single;
-  auto renamed_all = [&](const std::string& key) {
-    std::string out = key;
-    for (size_t s = 0; s < rules.size(); ++s) {
-      if (ms.matched[s]) out = layout::renamed(out, rules[s], to_single);
-    }
-    return out;
-  };
-  for (const auto& [name, tensor] : dict) {
-    auto it = owner.find(name);
-    if (it == owner.end()) {
-      plan.tensors.push_back(PlannedTensor::of(renamed_all(name), tensor));
-      continue;
-    }
-    if (!it->second.second) continue;  // emitted with the module's first entry
-    const size_t m = it->second.first;
-    const GroupedModule& g = plan.modules[m];
-    const layout::FoundModule& f = ms.found[m];
-    const LayoutRules& r = rules[f.rules];
-    bool as_is = !sliced;
-    for (const ExpertTensor& t : g.tensors) as_is = as_is && t.layout == target;
-    if (as_is) {  // in the module's own order
-      for (const std::string& k : g.keys) {
-        plan.tensors.push_back(PlannedTensor::of(layout::renamed(k, r, to_single), dict.at(k)));
-      }
-      continue;
-    }
-    const ModulePlanner planner(f, g, r, begin, sliced ? options.experts->end : g.num_experts);
-    if (to_single) {
-      planner.single(plan.tensors);
-    } else {
-      planner.per_expert(plan.tensors);
-    }
-  }
-  return plan;
 }
 
 }  // namespace grouplin

@@ -49,31 +49,32 @@ std::optional<KeyPattern> KeyPattern::compile(std::string_view pattern, bool per
 
 std::optional<KeyPattern::Match> KeyPattern::match(std::string_view key) const {
   if (!key.ends_with(tail_)) return std::nullopt;
-  std::string_view mid = key.substr(0, key.size() - tail_.size());
-  Match m;
-  if (per_expert_) {
-    size_t digits = 0;
-    while (digits < mid.size() && mid[mid.size() - 1 - digits] >= '0' &&
-           mid[mid.size() - 1 - digits] <= '9') {
-      ++digits;
-    }
-    if (digits == 0) return std::nullopt;
-    const std::string_view leaf_end = mid.substr(mid.size() - digits);
-    mid = mid.substr(0, mid.size() - digits);
+  const std::string_view mid = key.substr(0, key.size() - tail_.size());
+  if (!per_expert_) {
     if (!mid.ends_with(head_)) return std::nullopt;
-    std::string leaf = head_;  // the one expert-name rule: canonical index, at most 9 digits
-    leaf += leaf_end;
-    const std::optional<int64_t> index = expert_index(leaf, head_);
-    if (!index) return std::nullopt;
-    m.expert = *index;
-    mid = mid.substr(0, mid.size() - head_.size());
-  } else {
-    if (!mid.ends_with(head_)) return std::nullopt;
-    mid = mid.substr(0, mid.size() - head_.size());
+    const std::string_view prefix = mid.substr(0, mid.size() - head_.size());
+    if (!prefix.empty() && prefix.back() != '.') return std::nullopt;
+    return Match{prefix, -1};
   }
-  if (!mid.empty() && mid.back() != '.') return std::nullopt;
-  m.prefix = mid;
-  return m;
+  // The index is the last 1..9 digits of `mid`; the literal text before it may end in digits too
+  // ("{prefix}fc1{expert}": "m.fc112" is expert 12), so each split is tried, shortest index first.
+  size_t digits = 0;
+  while (digits < mid.size() && digits <= kMaxIndexDigits && mid[mid.size() - 1 - digits] >= '0' &&
+         mid[mid.size() - 1 - digits] <= '9') {
+    ++digits;
+  }
+  for (size_t d = 1; d <= digits && d <= kMaxIndexDigits; ++d) {
+    const std::string_view before = mid.substr(0, mid.size() - d);
+    if (!before.ends_with(head_)) continue;
+    const std::string_view prefix = before.substr(0, before.size() - head_.size());
+    if (!prefix.empty() && prefix.back() != '.') continue;
+    std::string leaf = head_;  // the one expert-name rule: canonical index, at most 9 digits
+    leaf += mid.substr(mid.size() - d);
+    const std::optional<int64_t> index = expert_index(leaf, head_);
+    if (!index) continue;
+    return Match{prefix, *index};
+  }
+  return std::nullopt;
 }
 
 std::string KeyPattern::format(std::string_view prefix, int64_t expert) const {

@@ -1,4 +1,5 @@
-// The built-in rule sets and the JSON form of user rules (include/grouplin/layout_rules.hpp).
+// The JSON form of layout rules and the checks every rule set passes
+// (include/grouplin/layout_rules.hpp, src/layout/compiled_rules.hpp).
 #include "grouplin/layout_rules.hpp"
 
 #include <fstream>
@@ -6,38 +7,10 @@
 #include <sstream>
 
 #include "grouplin/error.hpp"
-#include "layout/key_pattern.hpp"
+#include "layout/compiled_rules.hpp"
 
 namespace grouplin {
 namespace {
-
-// transformers v5 fused experts: gate and up concatenated, down alone, FP8 scales alike.
-LayoutRules fused_hf(std::string name, std::string_view gate, std::string_view up,
-                     std::string_view down) {
-  auto part = [](std::string_view proj, std::string_view leaf) {
-    std::string p = "{prefix}{expert}.";
-    p += proj;
-    p += '.';
-    p += leaf;
-    return p;
-  };
-  LayoutRules r;
-  r.name = std::move(name);
-  r.expert_major = true;
-  r.tensors = {
-      {"{prefix}gate_up_proj", {part(gate, "weight"), part(up, "weight")}, {"inter", "hidden"}},
-      {"{prefix}down_proj", {part(down, "weight")}, {"hidden", "inter"}},
-      {"{prefix}gate_up_proj_scale_inv",
-       {part(gate, "weight_scale_inv"), part(up, "weight_scale_inv")},
-       {"inter_blocks", "hidden_blocks"},
-       true},
-      {"{prefix}down_proj_scale_inv",
-       {part(down, "weight_scale_inv")},
-       {"hidden_blocks", "inter_blocks"},
-       true},
-  };
-  return r;
-}
 
 [[noreturn]] void invalid(const std::string& source, const std::string& what) {
   throw Error(ErrorCode::InvalidRules, "rules " + quote(source) + ": " + what);
@@ -72,99 +45,108 @@ bool bool_field(const nlohmann::json& j, const char* field, const std::string& s
   return j[field].get<bool>();
 }
 
-// The checks parse_rules promises, shared by the built-in sets (a test runs them on each).
-void check_rules(const LayoutRules& r, const std::string& source) {
+// Refuses any field of `j` not in `known` (listed in the message).
+void only_fields(const nlohmann::json& j, std::initializer_list<std::string_view> known,
+                 const std::string& source, const std::string& where) {
+  for (const auto& [k, v] : j.items()) {
+    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
+    std::string list;
+    for (std::string_view f : known) list += (list.empty() ? "" : ", ") + std::string(f);
+    invalid(source, where + " has unknown field " + quote(k) + " (" + list + ")");
+  }
+}
+
+StackedTensorRule tensor_rule(const nlohmann::json& e, const std::string& source,
+                              const std::string& where) {
+  if (!e.is_object()) invalid(source, where + " is not an object");
+  only_fields(e, {"stacked", "parts", "dims", "optional", "unit_dim", "transposed", "interleave"},
+              source, where);
+  StackedTensorRule t;
+  t.stacked = string_field(e, "stacked", source, where);
+  t.parts = string_list(e, "parts", source, where);
+  t.dims = string_list(e, "dims", source, where);
+  t.optional = bool_field(e, "optional", source, where);
+  t.unit_dim = bool_field(e, "unit_dim", source, where);
+  t.transposed = bool_field(e, "transposed", source, where);
+  if (e.contains("interleave")) {
+    const nlohmann::json& v = e["interleave"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 64) {
+      invalid(source, where + ".interleave is not an integer from 1 to 64");
+    }
+    t.interleave = v.get<int64_t>();
+  }
+  return t;
+}
+
+}  // namespace
+
+namespace layout {
+
+CompiledRules compile_rules(const LayoutRules& r, const std::string& source) {
   if (r.tensors.empty()) invalid(source, "no tensors");
   if (r.tensors.front().optional) invalid(source, "tensors[0] is optional; the first is required");
+  CompiledRules c;
+  c.rules = r;
+  std::string error;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const StackedTensorRule& t = r.tensors[i];
     const std::string where = "tensors[" + std::to_string(i) + "]";
-    std::string error;
-    if (!layout::KeyPattern::compile(t.stacked, false, error)) {
-      invalid(source, where + ".stacked " + quote(t.stacked) + " " + error);
-    }
+    std::optional<KeyPattern> stacked = KeyPattern::compile(t.stacked, false, error);
+    if (!stacked) invalid(source, where + ".stacked " + quote(t.stacked) + " " + error);
+    c.stacked.push_back(std::move(*stacked));
     if (t.parts.empty()) invalid(source, where + ".parts is empty");
+    c.parts.emplace_back();
     for (const std::string& p : t.parts) {
-      if (!layout::KeyPattern::compile(p, true, error)) {
-        invalid(source, where + ".parts " + quote(p) + " " + error);
-      }
+      std::optional<KeyPattern> part = KeyPattern::compile(p, true, error);
+      if (!part) invalid(source, where + ".parts " + quote(p) + " " + error);
+      c.parts.back().push_back(std::move(*part));
     }
     if (t.dims.empty()) invalid(source, where + ".dims is empty");
+    if (t.transposed && t.dims.size() != 2) {
+      invalid(source, where + " is transposed but has " + std::to_string(t.dims.size()) +
+                          " dims; a transpose needs two");
+    }
+    if (t.transposed && t.parts.size() != 1) {
+      invalid(source, where + " is transposed but has " + std::to_string(t.parts.size()) +
+                          " parts; a transposed tensor has one part");
+    }
+    if (t.interleave < 1) invalid(source, where + ".interleave is below 1");
+    if (t.interleave > 1 && t.parts.size() != 1) {
+      invalid(source, where + " interleaves " + std::to_string(t.interleave) +
+                          " groups of rows but has " + std::to_string(t.parts.size()) +
+                          " parts; an interleaved tensor has one part");
+    }
   }
   for (const auto& [from, to] : r.renames) {
-    if (from.empty() || to.empty()) invalid(source, "a rename has an empty side");
+    if (from.empty() || to.empty() || from == "^") invalid(source, "a rename has an empty side");
+    if (to.starts_with('^')) {
+      invalid(source, "rename " + quote(from) + " -> " + quote(to) +
+                          ": only its source may start with '^' (anchored at the key's start)");
+    }
   }
+  if (!r.stacked_needs.empty()) {
+    c.stacked_needs = KeyPattern::compile(r.stacked_needs, false, error);
+    if (!c.stacked_needs) {
+      invalid(source, "stacked_needs " + quote(r.stacked_needs) + " " + error);
+    }
+  }
+  return c;
 }
 
-}  // namespace
-
-std::vector<std::string> builtin_rule_names() { return {"te", "hf", "hf-w1w3", "hf-mixtral"}; }
-
-namespace {
-LayoutRules builtin_rules_unchecked(std::string_view name);
-}  // namespace
-
-LayoutRules builtin_rules(std::string_view name) {
-  LayoutRules r = builtin_rules_unchecked(name);
-  check_rules(r, "built-in " + r.name);
-  return r;
-}
-
-namespace {
-LayoutRules builtin_rules_unchecked(std::string_view name) {
-  if (name == "te") {
-    LayoutRules r;
-    r.name = "te";
-    r.tensors = {
-        {"{prefix}weight", {"{prefix}weight{expert}"}, {"out", "in"}},
-        {"{prefix}bias", {"{prefix}bias{expert}"}, {"out"}, true, true},
-    };
-    return r;
-  }
-  if (name == "hf") return fused_hf("hf", "gate_proj", "up_proj", "down_proj");
-  if (name == "hf-w1w3") return fused_hf("hf-w1w3", "w1", "w3", "w2");
-  if (name == "hf-mixtral") {
-    LayoutRules r = fused_hf("hf-mixtral", "w1", "w3", "w2");
-    r.renames = {{".block_sparse_moe.", ".mlp."}};
-    return r;
-  }
-  std::string known;
-  for (const std::string& n : builtin_rule_names()) known += (known.empty() ? "" : ", ") + n;
-  throw Error(ErrorCode::InvalidArgument,
-              "layout rules " + quote(name) + ": no such built-in set (known: " + known + ")");
-}
-}  // namespace
-
-std::optional<std::string> rules_for_model_type(std::string_view model_type) {
-  // transformers v5's conversion mapping, by the names its model families use.
-  for (std::string_view t : {"mixtral", "minimax"}) {
-    if (model_type == t) return "hf-mixtral";
-  }
-  for (std::string_view t : {"phimoe", "lfm2_moe"}) {
-    if (model_type == t) return "hf-w1w3";
-  }
-  for (std::string_view t :
-       {"qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_vl_moe", "olmoe",
-        "flex_olmo", "deepseek_v2", "deepseek_v3", "dots1", "ernie4_5_moe", "glm4_moe", "glm4v_moe",
-        "hunyuan_v1_moe", "longcat_flash", "jamba"}) {
-    if (model_type == t) return "hf";
-  }
-  return std::nullopt;
-}
+}  // namespace layout
 
 LayoutRules parse_rules(std::string_view text, const std::string& source) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    invalid(source, std::string("not JSON: ") + e.what());
+    invalid(source, std::string("not JSON: ") + escaped(e.what()));
   }
   if (!j.is_object()) invalid(source, "the document is not an object");
-  for (const auto& [k, v] : j.items()) {
-    if (k != "name" && k != "renames" && k != "tensors" && k != "order") {
-      invalid(source, "unknown field " + quote(k) + " (name, renames, tensors, order)");
-    }
-  }
+  only_fields(j,
+              {"name", "renames", "renames_after", "tensors", "order", "per_expert",
+               "stacked_needs", "prefix_ends_with"},
+              source, "the document");
   LayoutRules r;
   r.name = string_field(j, "name", source, "the document");
   if (j.contains("order")) {
@@ -174,12 +156,33 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
     }
     r.expert_major = order == "expert-major";
   }
+  if (j.contains("per_expert")) {
+    const std::string form = string_field(j, "per_expert", source, "the document");
+    if (form != "native" && form != "te") {
+      invalid(source, "per_expert " + quote(form) + " is not \"native\" or \"te\"");
+    }
+    r.per_expert = form == "te" ? PerExpertForm::TeOnly : PerExpertForm::Native;
+  }
+  if (j.contains("stacked_needs")) {
+    r.stacked_needs = string_field(j, "stacked_needs", source, "the document");
+  }
+  if (j.contains("renames_after")) {
+    r.renames_after = string_field(j, "renames_after", source, "the document");
+  }
+  if (j.contains("prefix_ends_with")) {
+    r.prefix_ends_with = string_field(j, "prefix_ends_with", source, "the document");
+    if (r.prefix_ends_with.empty() || r.prefix_ends_with.back() != '.') {
+      invalid(source, "prefix_ends_with " + quote(r.prefix_ends_with) +
+                          " is not text ending in '.' (a prefix ends in '.')");
+    }
+  }
   if (j.contains("renames")) {
     if (!j["renames"].is_array()) invalid(source, "renames is not an array");
     for (size_t i = 0; i < j["renames"].size(); ++i) {
       const nlohmann::json& e = j["renames"][i];
       const std::string where = "renames[" + std::to_string(i) + "]";
       if (!e.is_object()) invalid(source, where + " is not an object");
+      only_fields(e, {"from", "to"}, source, where);
       r.renames.emplace_back(string_field(e, "from", source, where),
                              string_field(e, "to", source, where));
     }
@@ -188,25 +191,34 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
     invalid(source, "tensors is missing or not an array");
   }
   for (size_t i = 0; i < j["tensors"].size(); ++i) {
-    const nlohmann::json& e = j["tensors"][i];
-    const std::string where = "tensors[" + std::to_string(i) + "]";
-    if (!e.is_object()) invalid(source, where + " is not an object");
-    for (const auto& [k, v] : e.items()) {
-      if (k != "stacked" && k != "parts" && k != "dims" && k != "optional" && k != "unit_dim") {
-        invalid(source, where + " has unknown field " + quote(k) +
-                            " (stacked, parts, dims, optional, unit_dim)");
-      }
-    }
-    StackedTensorRule t;
-    t.stacked = string_field(e, "stacked", source, where);
-    t.parts = string_list(e, "parts", source, where);
-    t.dims = string_list(e, "dims", source, where);
-    t.optional = bool_field(e, "optional", source, where);
-    t.unit_dim = bool_field(e, "unit_dim", source, where);
-    r.tensors.push_back(std::move(t));
+    r.tensors.push_back(tensor_rule(j["tensors"][i], source, "tensors[" + std::to_string(i) + "]"));
   }
-  check_rules(r, source);
+  layout::compile_rules(r, source);
   return r;
+}
+
+std::string rules_to_json(const LayoutRules& r) {
+  nlohmann::ordered_json j;
+  j["name"] = r.name;
+  if (r.expert_major) j["order"] = "expert-major";
+  if (r.per_expert == PerExpertForm::TeOnly) j["per_expert"] = "te";
+  if (!r.stacked_needs.empty()) j["stacked_needs"] = r.stacked_needs;
+  if (!r.prefix_ends_with.empty()) j["prefix_ends_with"] = r.prefix_ends_with;
+  if (!r.renames.empty()) {
+    j["renames"] = nlohmann::ordered_json::array();
+    for (const auto& [from, to] : r.renames) j["renames"].push_back({{"from", from}, {"to", to}});
+  }
+  if (!r.renames_after.empty()) j["renames_after"] = r.renames_after;
+  j["tensors"] = nlohmann::ordered_json::array();
+  for (const StackedTensorRule& t : r.tensors) {
+    nlohmann::ordered_json e = {{"stacked", t.stacked}, {"parts", t.parts}, {"dims", t.dims}};
+    if (t.optional) e["optional"] = true;
+    if (t.unit_dim) e["unit_dim"] = true;
+    if (t.transposed) e["transposed"] = true;
+    if (t.interleave > 1) e["interleave"] = t.interleave;
+    j["tensors"].push_back(std::move(e));
+  }
+  return j.dump(2);
 }
 
 LayoutRules load_rules(const std::string& path) {

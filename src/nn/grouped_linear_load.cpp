@@ -62,10 +62,16 @@ void plan_both_layouts(Family& f) {
 // A single-layout source: one [N, ...] entry.
 void plan_from_single(Family& f) {
   const std::string key = f.stacked_key();
-  const PlannedTensor& src = *f.stacked;
   f.plan.claim(key);
   Shape want = f.expert_shape;
   want.insert(want.begin(), f.n());
+  // A stacked bias saved as [N, 1, out] (as TransformerEngine may) holds the bytes of [N, out],
+  // as the checkpoint scan reads it too.
+  PlannedTensor squeezed = *f.stacked;
+  if (f.base == "bias" && squeezed.rank() == 3 && squeezed.dim(1) == 1) {
+    squeezed.shape = {squeezed.dim(0), squeezed.dim(2)};
+  }
+  const PlannedTensor& src = squeezed;
   if (src.rank() == want.size() && src.dim(0) != f.n()) {
     f.plan.add_problem(ErrorCode::ExpertCountMismatch, key,
                        quote(key) + ": " + std::to_string(src.dim(0)) + " experts " +

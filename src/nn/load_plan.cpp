@@ -74,8 +74,9 @@ bool LoadPlan::plan_adopt(const std::string& key, const PlannedTensor& src, Modu
                           size_t param_index) {
   const Tensor& dst = module.parameters()[param_index].value;
   if (!check_compatible(key, src, dst)) return false;
-  // Only one whole tensor of the right dtype can be borrowed; pieces are gathered by a copy.
-  if (src.dtype != dst.dtype() || src.pieces.size() != 1) {
+  // Only one whole tensor of the right dtype, in its stored order, can be borrowed; pieces are
+  // gathered, transposed or interleaved experts moved, by a copy.
+  if (src.dtype != dst.dtype() || src.pieces.size() != 1 || src.rearrange) {
     return plan_copy(key, src, module, param_index);
   }
   writes_.push_back({key, src, &module, param_index, -1, false, true});

@@ -6,6 +6,8 @@
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
+#include "layout/plan.hpp"
+#include "layout/renames.hpp"
 
 namespace grouplin {
 
@@ -66,17 +68,35 @@ StateDict Module::state_dict(const std::string& prefix) const {
 
 namespace {
 
-// What the modules load from: the dict as it is, or, when rules other than te's name its experts
-// (or a slice is asked for), the dict through those rules in the single layout. A rule set's
-// stacked tensor P.gate_up_proj is then the weight of a GroupedLinear at P.gate_up_proj.
+// What the modules load from: the entries under the prefix (a broken module elsewhere in a
+// whole-model dict is not this load's), as they are, or, when rules other than te's name their
+// experts (or a slice is asked for), through those rules in the form GroupedLinear loads
+// (layout::Target::Load). A Hugging Face set's stacked tensor P.gate_up_proj is then the weight
+// of a GroupedLinear at P.gate_up_proj; a stacked-only family stored transposed arrives under
+// TransformerEngine's per-expert names (P.gate_up_proj.weight{i}), already in [out, in].
 PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
-  const std::vector<LayoutRules> rules =
+  std::vector<LayoutRules> rules =
       options.rules.empty() ? detect_rules(dict, options.model_type) : options.rules;
+  StateDict under;
+  const StateDict* own = &dict;
+  if (!options.prefix.empty()) {
+    // An entry is under the prefix as spelled, or as its rules rename it (Mixtral's
+    // "block_sparse_moe." loads into modules under "mlp.").
+    for (const auto& [name, t] : dict) {
+      bool in = name.starts_with(options.prefix);
+      for (size_t r = 0; r < rules.size() && !in; ++r) {
+        in = layout::renamed(name, rules[r], true).starts_with(options.prefix);
+      }
+      if (in) under.insert(name, t);
+    }
+    own = &under;
+    if (options.rules.empty()) rules = detect_rules(*own, options.model_type);
+  }
   bool other_rules = false;
   for (const LayoutRules& r : rules) other_rules = other_rules || r.name != "te";
-  if (!other_rules && !options.experts && options.rules.empty()) return PlannedDict(dict);
-  ConversionPlan plan = plan_conversion(dict, ExpertLayout::Single,
-                                        {options.rules, options.model_type, options.experts});
+  if (!other_rules && !options.experts && options.rules.empty()) return PlannedDict(*own);
+  ConversionPlan plan = layout::plan(*own, layout::Target::Load,
+                                     {options.rules, options.model_type, options.experts});
   std::unordered_map<std::string, std::string> renames;
   for (const GroupedModule& m : plan.modules) {
     if (m.rules == "te") continue;

@@ -54,6 +54,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::InvalidRules:
     case ErrorCode::RuleMatchedNothing:
     case ErrorCode::RuleConflict:
+    case ErrorCode::NoPerExpertForm:
     case ErrorCode::IoError:
     case ErrorCode::Interrupted:  // thrown by a caller's callback (the CLI on Ctrl-C), never a file
       return true;

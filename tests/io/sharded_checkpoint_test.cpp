@@ -174,7 +174,7 @@ TEST_F(ShardedDirTest, LoadsEveryShardAsOneDict) {
   EXPECT_EQ(s.index_file, "model.safetensors.index.json");
   EXPECT_EQ(s.other_files, (std::vector<std::string>{"config.json", "tokenizer.json"}));
   ASSERT_EQ(s.scan.modules.size(), 2u);
-  EXPECT_EQ(s.scan.modules[0].rules, "hf");
+  EXPECT_EQ(s.scan.modules[0].rules, "qwen3_moe");  // config.json names the family
   uint64_t bytes = 0;
   for (const std::string& f : c.shards) bytes += fs::file_size(in() / f);
   EXPECT_EQ(s.file_bytes, bytes);

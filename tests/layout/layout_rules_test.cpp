@@ -50,10 +50,13 @@ TEST(LayoutRules, BuiltinSetsAreWellFormed) {
     EXPECT_EQ(r.name, name);
     EXPECT_FALSE(r.tensors.empty());
   }
-  EXPECT_EQ(rules_for_model_type("mixtral"), "hf-mixtral");
-  EXPECT_EQ(rules_for_model_type("qwen3_moe"), "hf");
-  EXPECT_EQ(rules_for_model_type("phimoe"), "hf-w1w3");
+  // A family's set is named after its model type, built on its structure.
+  EXPECT_EQ(rules_for_model_type("mixtral"), "mixtral");
+  EXPECT_EQ(rules_for_model_type("qwen3_moe"), "qwen3_moe");
   EXPECT_EQ(rules_for_model_type("llama"), std::nullopt);
+  EXPECT_EQ(rules_to_json(builtin_rules("mixtral")).find("hf-mixtral"), std::string::npos);
+  EXPECT_EQ(builtin_rules("mixtral").renames, builtin_rules("hf-mixtral").renames);
+  EXPECT_EQ(builtin_rules("phimoe").renames.size(), 2u);  // block_sparse_moe, then the router
   const Error e = [] {
     try {
       builtin_rules("hf2");
@@ -62,7 +65,8 @@ TEST(LayoutRules, BuiltinSetsAreWellFormed) {
     }
     return Error(ErrorCode::InvalidArgument, "no error");
   }();
-  EXPECT_NE(e.message().find("known: te, hf, hf-w1w3, hf-mixtral"), std::string::npos);
+  EXPECT_NE(e.message().find("known: te, hf, hf-w1w3, hf-mixtral, hf-fc"), std::string::npos)
+      << e.what();
 }
 
 // Module lists <-> fused experts, for the families transformers v5 fuses, both ways, bit for bit.

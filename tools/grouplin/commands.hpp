@@ -15,5 +15,6 @@ void add_inspect_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_rules_command(CLI::App& app);
 
 }  // namespace grouplin::cli

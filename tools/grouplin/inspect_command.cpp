@@ -74,7 +74,9 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
                             {"layout", std::string(layout_name(t.layout))},
                             {"expert_shape", t.expert_shape},
                             {"dtype", std::string(dtype_name(t.dtype))},
-                            {"keys", t.keys}});
+                            {"keys", t.keys},
+                            {"transposed", t.transposed},
+                            {"interleave", t.interleave}});
     }
     modules.push_back(
         {{"prefix", m.prefix},
@@ -88,6 +90,7 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
           m.bias ? ordered_json(std::string(dtype_name(m.bias_dtype))) : ordered_json(nullptr)},
          {"keys", m.keys},
          {"rules", m.rules},
+         {"stacked_only", m.stacked_only},
          {"tensors", std::move(tensors_of)}});
   }
   doc["grouped_modules"] = std::move(modules);
@@ -116,6 +119,22 @@ std::string name_list(const std::vector<std::string>& names, size_t max = 8) {
   for (size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", " : "") + escaped(names[i]);
   if (names.size() > max) out += " and " + std::to_string(names.size() - max) + " more";
   return out;
+}
+
+// How a module's family stores it, when that is not the per-expert orientation in order:
+// " (stacked only; gate_up_proj stored [N, in, out], rows in 2 interleaved groups)".
+std::string storage_note(const GroupedModule& m) {
+  std::string note = m.stacked_only ? "stacked only" : "";
+  for (const ExpertTensor& t : m.tensors) {
+    if (!t.transposed && t.interleave <= 1) continue;
+    note += note.empty() ? "" : (note == "stacked only" ? "; " : ", ");
+    note += escaped(t.name.substr(std::min(t.name.size(), m.prefix.size()))) + " stored";
+    if (t.transposed) note += " [N, in, out]";
+    if (t.transposed && t.interleave > 1) note += ",";
+    if (t.interleave > 1)
+      note += " rows in " + std::to_string(t.interleave) + " interleaved groups";
+  }
+  return note.empty() ? "" : " (" + note + ")";
 }
 
 void print_text(const InspectConfig& c, const CheckpointSummary& s) {
@@ -167,17 +186,19 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
   } else {
     size_t pw = 6;
     for (const GroupedModule& m : s.scan.modules) pw = std::max(pw, quote(m.prefix).size());
-    std::printf("grouped modules:\n  %-*s  %-10s  %6s  %6s  %6s  %-5s  %s\n", static_cast<int>(pw),
-                "prefix", "layout", "N", "out", "in", "bias", "dtype");
+    std::printf("grouped modules:\n  %-*s  %-10s  %6s  %6s  %6s  %-5s  %-8s  %s\n",
+                static_cast<int>(pw), "prefix", "layout", "N", "out", "in", "bias", "dtype",
+                "rules");
     for (const GroupedModule& m : s.scan.modules) {
       std::string prefix = quote(m.prefix);
       std::string dtype(dtype_name(m.dtype));
       if (m.bias && m.bias_dtype != m.dtype)
         dtype += " (bias " + std::string(dtype_name(m.bias_dtype)) + ")";
-      std::printf("  %-*s  %-10s  %6lld  %6lld  %6lld  %-5s  %s\n", static_cast<int>(pw),
+      std::printf("  %-*s  %-10s  %6lld  %6lld  %6lld  %-5s  %-8s  %s%s\n", static_cast<int>(pw),
                   prefix.c_str(), m.mixed ? "mixed" : std::string(layout_name(m.layout)).c_str(),
                   static_cast<long long>(m.num_experts), static_cast<long long>(m.out_features),
-                  static_cast<long long>(m.in_features), m.bias ? "yes" : "no", dtype.c_str());
+                  static_cast<long long>(m.in_features), m.bias ? "yes" : "no", dtype.c_str(),
+                  escaped(m.rules).c_str(), storage_note(m).c_str());
     }
   }
   if (!s.scan.problems.empty()) {

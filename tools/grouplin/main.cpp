@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   grouplin::cli::add_inspect_command(app);
   grouplin::cli::add_convert_command(app);
   grouplin::cli::add_verify_command(app);
+  grouplin::cli::add_rules_command(app);
   grouplin::cli::add_demo_command(app);
   grouplin::cli::add_bench_command(app);
   try {

@@ -1,0 +1,50 @@
+// Private: the bytes of one planned tensor, front to back, from the files of a checkpoint: what
+// a conversion writes and what verify compares.
+//
+//   detail::PlannedReader r(src, plan.tensors[k]);
+//   while (r.left() > 0) r.read(std::span(buffer.data(), std::min(buffer.size(), r.left())));
+//
+// Plain pieces are read with CheckpointSource::read straight into the caller's buffer. A
+// rearranged tensor (transposed or interleaved experts) is read one block (one expert's matrix)
+// at a time into a buffer, moved into its target form in a second one, and served from there:
+// two blocks of memory, whatever the tensor's size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "grouplin/checkpoint_layout.hpp"
+#include "io/checkpoint_source.hpp"
+
+namespace grouplin::detail {
+
+class PlannedReader {
+ public:
+  // `src` and `t` must outlive the reader.
+  PlannedReader(const CheckpointSource& src, const PlannedTensor& t);
+
+  // Bytes not read yet.
+  uint64_t left() const { return total_ - done_; }
+  // Fills `dst` with the next dst.size() bytes. Throws as CheckpointSource::read.
+  // Requires: dst.size() <= left().
+  void read(std::span<std::byte> dst);
+
+ private:
+  void read_pieces(uint64_t at, std::span<std::byte> dst);  // bytes [at, ...) of the pieces
+
+  const CheckpointSource& src_;
+  const PlannedTensor& t_;
+  uint64_t total_ = 0;
+  uint64_t done_ = 0;
+  // Rearranged tensors: the current block in stored and in target form.
+  uint64_t block_bytes_ = 0;
+  uint64_t block_at_ = UINT64_MAX;  // first byte of the block held in `moved_`
+  std::vector<std::byte> stored_, moved_;
+  // Plain tensors: where the next byte is among the pieces.
+  size_t piece_ = 0;
+  uint64_t piece_at_ = 0;
+};
+
+}  // namespace grouplin::detail

@@ -1,0 +1,149 @@
+// One grouped module in a target layout (layout/module_plan.hpp).
+#include "layout/module_plan.hpp"
+
+#include <algorithm>
+
+#include "layout/renames.hpp"
+
+namespace grouplin::layout {
+
+bool renames_to_single(const LayoutRules& r, Target target) {
+  return r.per_expert == PerExpertForm::TeOnly || target == Target::Single ||
+         target == Target::Load;
+}
+
+ModuleTarget module_target(const GroupedModule& g, Target target, bool te_names) {
+  ModuleTarget m;
+  const bool rearranged = std::any_of(g.tensors.begin(), g.tensors.end(), [](const ExpertTensor& t) {
+    return t.transposed || t.interleave > 1;
+  });
+  switch (target) {
+    case Target::Single:
+      m.layout = ExpertLayout::Single;
+      break;
+    case Target::PerExpert:
+      if (g.stacked_only && !te_names) {
+        throw Error(ErrorCode::NoPerExpertForm,
+                    module_name(g.prefix) + " (" + g.rules +
+                        "): this family stores its experts stacked only and has no per-expert "
+                        "names of its own; per-expert output takes TransformerEngine's names (" +
+                        g.tensors.front().name + ".weight{i} [out, in]) only when asked for with "
+                        "the te rules (--rules te)");
+      }
+      m.layout = ExpertLayout::PerExpert;
+      break;
+    case Target::Compare:
+      m.layout = g.stacked_only ? ExpertLayout::Single : ExpertLayout::PerExpert;
+      break;
+    case Target::Load:
+      m.layout = g.stacked_only && rearranged ? ExpertLayout::PerExpert : ExpertLayout::Single;
+      m.drop_unit_dims = true;
+      m.keep = g.rules == "te";  // GroupedLinear reads TE's names in both layouts itself
+      break;
+  }
+  m.to_single_names = g.stacked_only || m.layout == ExpertLayout::Single;
+  return m;
+}
+
+void ModulePlanner::emit(const ModuleTarget& target, bool sliced, const StateDict& dict,
+                         std::vector<PlannedTensor>& out) const {
+  bool as_is = !sliced;
+  for (size_t t = 0; t < f_.tensors.size(); ++t) {
+    const FoundTensor& ft = f_.tensors[t];
+    if (!ft.present) continue;
+    const ExpertLayout layout = ft.stacked ? ExpertLayout::Single : ExpertLayout::PerExpert;
+    as_is = as_is && (target.keep || (layout == target.layout &&
+                                      !(ft.unit_dim && target.drop_unit_dims)));
+  }
+  if (as_is) {  // in the module's own order
+    for (const std::string& k : g_.keys) {
+      out.push_back(PlannedTensor::of(renamed(k, set_.rules, target.to_single_names), dict.at(k)));
+    }
+    return;
+  }
+  if (target.layout == ExpertLayout::Single) {
+    single(out);
+  } else {
+    per_expert(out);
+  }
+}
+
+const ExpertTensor& ModulePlanner::tensor_info(size_t t) const {
+  size_t k = 0;  // g_.tensors holds only the present tensors
+  for (size_t i = 0; i < t; ++i) k += f_.tensors[i].present;
+  return g_.tensors[k];
+}
+
+std::optional<Rearrangement> ModulePlanner::rearrangement(size_t t, bool to_stored) const {
+  const StackedTensorRule& rule = set_.rules.tensors[t];
+  if (!rule.transposed && rule.interleave <= 1) return std::nullopt;
+  const Shape& e = f_.tensors[t].part_shape;  // one part (the only one) of one expert
+  Rearrangement r;
+  r.rows = e[0];
+  r.cols = e.size() > 1 ? e[1] : 1;
+  const MatrixForm stored{rule.transposed, rule.interleave};
+  (to_stored ? r.to : r.from) = stored;
+  return r;
+}
+
+void ModulePlanner::single(std::vector<PlannedTensor>& out) const {
+  for (size_t t = 0; t < f_.tensors.size(); ++t) {
+    const FoundTensor& ft = f_.tensors[t];
+    if (!ft.present) continue;
+    const ExpertTensor& et = tensor_info(t);
+    PlannedTensor p{set_.stacked[t].format(f_.canonical), et.dtype, et.expert_shape, {}};
+    if (et.transposed) std::swap(p.shape[0], p.shape[1]);  // stored [in, out]
+    p.shape.insert(p.shape.begin(), end_ - begin_);
+    if (ft.stacked != nullptr) {
+      p.pieces.push_back(ft.stacked->second.rows(begin_, end_ - begin_));
+    } else {
+      for (int64_t e = begin_; e < end_; ++e) {
+        for (const auto& part : ft.parts) p.pieces.push_back(part.at(e)->second);
+      }
+      p.rearrange = rearrangement(t, /*to_stored=*/true);
+    }
+    out.push_back(std::move(p));
+  }
+}
+
+void ModulePlanner::per_expert(std::vector<PlannedTensor>& out) const {
+  if (set_.rules.expert_major) {
+    for (int64_t e = begin_; e < end_; ++e) {
+      for (size_t t = 0; t < f_.tensors.size(); ++t) expert_parts(t, e, out);
+    }
+  } else {
+    for (size_t t = 0; t < f_.tensors.size(); ++t) {
+      for (int64_t e = begin_; e < end_; ++e) expert_parts(t, e, out);
+    }
+  }
+}
+
+void ModulePlanner::expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>& out) const {
+  const FoundTensor& ft = f_.tensors[t];
+  if (!ft.present) return;
+  const std::vector<KeyPattern>& parts = set_.parts[t];
+  if (ft.stacked == nullptr) {
+    for (size_t p = 0; p < parts.size(); ++p) {
+      out.push_back(PlannedTensor::of(parts[p].format(f_.spelled, e - begin_),
+                                      ft.parts[p].at(e)->second));
+    }
+    return;
+  }
+  Tensor slice = ft.stacked->second.select(e);
+  if (ft.unit_dim) slice = slice.select(0);
+  if (std::optional<Rearrangement> r = rearrangement(t, /*to_stored=*/false)) {
+    // One part, stored transposed or interleaved: the whole slice, moved into [out, in].
+    PlannedTensor p{parts[0].format(f_.spelled, e - begin_), slice.dtype(), ft.part_shape, {slice}};
+    p.rearrange = r;
+    out.push_back(std::move(p));
+    return;
+  }
+  int64_t row = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    out.push_back(PlannedTensor::of(parts[p].format(f_.spelled, e - begin_),
+                                    slice.rows(row, ft.part_rows[p])));
+    row += ft.part_rows[p];
+  }
+}
+
+}  // namespace grouplin::layout

@@ -1,0 +1,30 @@
+// Private: plan_conversion's engine with the two targets that only GroupLin's own callers use,
+// where each module's layout depends on its family.
+//
+//   ConversionPlan p = layout::plan(dict, layout::Target::Compare, options);  // for verify
+#pragma once
+
+#include "grouplin/checkpoint_layout.hpp"
+
+namespace grouplin::layout {
+
+enum class Target {
+  Single,     // every module stacked, as transformers v5 holds it (plan_conversion)
+  PerExpert,  // every module per-expert (plan_conversion; stacked-only families need te)
+  // One form for comparing two checkpoints: per-expert where the family has per-expert names,
+  // stacked (transformers v5's names) where it has none.
+  Compare,
+  // What GroupedLinear loads: stacked in the per-expert orientation ([N, out, in], unit dims
+  // dropped) where that is the stored form, TransformerEngine per-expert names (transposed and
+  // de-interleaved) for the stacked-only families that store another.
+  Load,
+};
+
+// plan_conversion for `target` (same contract, same errors).
+ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& options);
+
+// scan_grouped_modules with the rules PlanOptions names: given ones are explicit, detection
+// (empty rules) uses options.model_type. Never throws for what the dict holds.
+GroupedScan scan(const StateDict& dict, const PlanOptions& options);
+
+}  // namespace grouplin::layout

@@ -1,0 +1,363 @@
+// The model families of transformers as GroupLin's rules: renames applied both ways, the
+// stacked-only families in their own orientation (transposed, interleaved, with biases), tensors
+// that are not experts left alone, and the defects of issue 19 (each test names the one it pins).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+#include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/error.hpp"
+#include "grouplin/layout_rules.hpp"
+#include "io/moe_checkpoint.hpp"
+#include "layout/key_pattern.hpp"
+#include "layout/plan.hpp"
+#include "layout/renames.hpp"
+
+namespace grouplin {
+namespace {
+
+using testing::pattern_tensor;
+using testing::stack;
+
+// The bytes of a planned tensor (pieces gathered, rearranged) as a tensor of its shape.
+Tensor materialize(const PlannedTensor& t) {
+  Tensor out = Tensor::zeros(t.shape, t.dtype);
+  t.copy_to(out);
+  return out;
+}
+
+std::map<std::string, Tensor> by_name(const ConversionPlan& plan) {
+  std::map<std::string, Tensor> out;
+  for (const PlannedTensor& t : plan.tensors) {
+    EXPECT_TRUE(out.emplace(t.name, materialize(t)).second) << "twice: " << t.name;
+  }
+  return out;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+template <typename F>
+Error error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(ErrorCode::InvalidArgument, "no error");
+}
+
+// Regression: a literal text ending in a digit before {expert} ("fc1{expert}") never matched,
+// because the index took every trailing digit.
+TEST(ModelFamilies, PatternTextMayEndInADigit) {
+  std::string error;
+  const auto p = layout::KeyPattern::compile("{prefix}fc1{expert}", true, error);
+  ASSERT_TRUE(p) << error;
+  auto m = p->match("model.fc112");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->prefix, "model.");
+  EXPECT_EQ(m->expert, 12);
+  m = p->match("fc10");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->expert, 0);
+  EXPECT_FALSE(p->match("model.fc1"));      // no index
+  EXPECT_FALSE(p->match("model.fc1012"));   // "012" is not canonical, "fc10" + "12" not the text
+  EXPECT_FALSE(p->match("model.xfc13"));    // the prefix must end in '.'
+  EXPECT_EQ(p->format("m.", 7), "m.fc17");
+
+  LayoutRules r = parse_rules(
+      R"({"name": "fc", "tensors": [{"stacked": "{prefix}fc1", "parts": ["{prefix}fc1{expert}"],
+          "dims": ["out", "in"]}]})",
+      "inline");
+  StateDict sd;
+  for (int i = 0; i < 12; ++i) sd.insert("m.fc1" + std::to_string(i), pattern_tensor({2, 3}, DType::F32, i));
+  const std::vector<GroupedModule> found = find_grouped_modules(sd, {r});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].num_experts, 12);
+}
+
+// A rename whose result holds its source changes a key once, however often it is applied, and
+// the per-expert direction undoes it; several renames are undone in reverse order.
+TEST(ModelFamilies, RenamesAreIdempotentAndReversible) {
+  LayoutRules axk1;  // A.X-K1: the MoE output norm moves under mlp.
+  axk1.renames = {{"post_mlp_layernorm", "mlp.post_mlp_layernorm"}};
+  const std::string hub = "model.layers.0.post_mlp_layernorm.weight";
+  const std::string v5 = layout::renamed(hub, axk1, true);
+  EXPECT_EQ(v5, "model.layers.0.mlp.post_mlp_layernorm.weight");
+  EXPECT_EQ(layout::renamed(v5, axk1, true), v5);
+  EXPECT_EQ(layout::renamed(v5, axk1, false), hub);
+  EXPECT_EQ(layout::renamed(hub, axk1, false), hub);
+  // PhiMoE's router: both renames forward, both undone backward, in reverse order.
+  const LayoutRules phimoe = builtin_rules("phimoe");
+  const std::string router = "model.layers.0.block_sparse_moe.gate.weight";
+  EXPECT_EQ(layout::renamed(router, phimoe, true), "model.layers.0.mlp.router.weight");
+  EXPECT_EQ(layout::renamed("model.layers.0.mlp.router.weight", phimoe, false), router);
+}
+
+// Regression: a rank-3 "P.weight" without bias (linear attention's conv1d [C, 1, K] of
+// Qwen3-Next, LFM2-MoE's conv) was taken for a TE single-layout module and split into
+// conv1d.weight0 .. weight{C-1} by a per-expert conversion: silent corruption.
+TEST(ModelFamilies, ConvolutionWeightsAreNotExperts) {
+  testing::HfSpec spec;
+  StateDict sd = testing::hf_state_dict(spec, true);
+  sd.insert("model.layers.0.linear_attn.conv1d.weight", pattern_tensor({8, 1, 4}, DType::BF16, 9));
+  sd.insert("model.layers.1.conv.conv.weight", pattern_tensor({6, 1, 3}, DType::BF16, 10));
+  for (const char* model_type : {"", "qwen3_next"}) {
+    SCOPED_TRACE(std::string("model_type ") + model_type);
+    PlanOptions o;
+    o.model_type = model_type;
+    const ConversionPlan plan = plan_conversion(sd, ExpertLayout::PerExpert, o);
+    ASSERT_EQ(plan.modules.size(), 2u);  // the experts of both layers, nothing else
+    const auto out = by_name(plan);
+    ASSERT_TRUE(out.count("model.layers.0.linear_attn.conv1d.weight"));
+    EXPECT_TRUE(same_bytes(out.at("model.layers.0.linear_attn.conv1d.weight"),
+                           sd.at("model.layers.0.linear_attn.conv1d.weight")));
+    EXPECT_TRUE(out.count("model.layers.1.conv.conv.weight"));
+    EXPECT_FALSE(out.count("model.layers.0.linear_attn.conv1d.weight0"));
+  }
+  // A TE checkpoint has _extra_state beside its stacked weight; asked for by name, te needs none.
+  StateDict te;
+  te.insert("m.weight", pattern_tensor({4, 3, 5}, DType::F32, 1));
+  EXPECT_TRUE(scan_grouped_modules(te).modules.empty());
+  EXPECT_EQ(scan_grouped_modules(te, {builtin_rules("te")}).modules.size(), 1u);
+  te.insert("m._extra_state", Tensor::zeros({0}, DType::U8));
+  EXPECT_EQ(scan_grouped_modules(te).modules.size(), 1u);
+}
+
+// Regression: "m.weight [4, 8, 16]" beside "m.bias [4, 0]" divided by the bias's zero dim in the
+// scan's message (SIGFPE in `grouplin inspect`).
+TEST(ModelFamilies, ZeroDimsAreAProblemNotACrash) {
+  StateDict sd;
+  sd.insert("m.weight", pattern_tensor({4, 8, 16}, DType::F32, 1));
+  sd.insert("m.bias", Tensor::zeros({4, 0}, DType::F32));
+  sd.insert("m._extra_state", Tensor::zeros({0}, DType::U8));
+  const GroupedScan scan = scan_grouped_modules(sd);
+  ASSERT_EQ(scan.problems.size(), 1u);
+  EXPECT_EQ(scan.problems[0].code(), ErrorCode::ShapeMismatch);
+  EXPECT_NE(scan.problems[0].message().find("expected [4, 8]"), std::string::npos)
+      << scan.problems[0].message();
+  StateDict zero_rows;
+  zero_rows.insert("m.weight", Tensor::zeros({4, 0, 16}, DType::F32));
+  zero_rows.insert("m.bias", Tensor::zeros({4, 0}, DType::F32));
+  zero_rows.insert("m._extra_state", Tensor::zeros({0}, DType::U8));
+  EXPECT_TRUE(scan_grouped_modules(zero_rows).problems.empty());
+}
+
+// gpt-oss as transformers holds and saves it: gate_up_proj [N, H, 2I] with gate and up
+// interleaved by column, gate_up_proj_bias [N, 2I] interleaved alike, down_proj [N, I, H],
+// down_proj_bias [N, H]. Built from per-expert TE weights so that every value is known.
+struct GptOss {
+  int64_t n = 3, hidden = 4, inter = 2;
+  std::vector<Tensor> gate_up, gate_up_bias, down, down_bias;  // TE: [2I, H] gate rows then up
+  StateDict hub;
+
+  GptOss() {
+    std::vector<Tensor> gu_stored, gub_stored, d_stored;
+    for (int64_t e = 0; e < n; ++e) {
+      gate_up.push_back(pattern_tensor({2 * inter, hidden}, DType::BF16, 10 + e));
+      gate_up_bias.push_back(pattern_tensor({2 * inter}, DType::BF16, 20 + e));
+      down.push_back(pattern_tensor({hidden, inter}, DType::BF16, 30 + e));
+      down_bias.push_back(pattern_tensor({hidden}, DType::BF16, 40 + e));
+      // Stored [H, 2I]: column 2j is gate row j, column 2j+1 up row j.
+      Tensor gu = Tensor::zeros({hidden, 2 * inter}, DType::BF16);
+      Tensor gub = Tensor::zeros({2 * inter}, DType::BF16);
+      for (int64_t j = 0; j < inter; ++j) {
+        for (int64_t g = 0; g < 2; ++g) {
+          const int64_t row = g * inter + j, col = 2 * j + g;
+          for (int64_t h = 0; h < hidden; ++h) element(gu, h * 2 * inter + col) = element(gate_up[e], row * hidden + h);
+          element(gub, col) = element(gate_up_bias[e], row);
+        }
+      }
+      Tensor d = Tensor::zeros({inter, hidden}, DType::BF16);
+      for (int64_t h = 0; h < hidden; ++h) {
+        for (int64_t i = 0; i < inter; ++i) element(d, i * hidden + h) = element(down[e], h * inter + i);
+      }
+      gu_stored.push_back(gu);
+      gub_stored.push_back(gub);
+      d_stored.push_back(d);
+    }
+    hub.insert("model.embed_tokens.weight", pattern_tensor({5, hidden}, DType::BF16, 1));
+    hub.insert("model.layers.0.mlp.router.weight", pattern_tensor({n, hidden}, DType::BF16, 2));
+    hub.insert("model.layers.0.mlp.router.bias", pattern_tensor({n}, DType::BF16, 3));
+    hub.insert("model.layers.0.mlp.experts.gate_up_proj", stack(gu_stored));
+    hub.insert("model.layers.0.mlp.experts.gate_up_proj_bias", stack(gub_stored));
+    hub.insert("model.layers.0.mlp.experts.down_proj", stack(d_stored));
+    hub.insert("model.layers.0.mlp.experts.down_proj_bias", stack(down_bias));
+  }
+
+  static uint16_t& element(Tensor& t, int64_t i) { return t.mutable_data_as<uint16_t>()[i]; }
+};
+
+TEST(ModelFamilies, GptOssIsAStackedOnlyModuleInItsOwnOrientation) {
+  const GptOss g;
+  for (const char* model_type : {"gpt_oss", ""}) {  // config.json, or the bias names alone
+    SCOPED_TRACE(std::string("model_type ") + model_type);
+    PlanOptions o;
+    o.model_type = model_type;
+    const ConversionPlan single = plan_conversion(g.hub, ExpertLayout::Single, o);
+    ASSERT_EQ(single.modules.size(), 1u);
+    const GroupedModule& m = single.modules[0];
+    EXPECT_TRUE(m.stacked_only);
+    EXPECT_EQ(m.num_experts, 3);
+    EXPECT_EQ(m.out_features, 4);  // 2I, the per-expert orientation
+    EXPECT_EQ(m.in_features, 4);
+    EXPECT_TRUE(m.bias);
+    ASSERT_EQ(m.tensors.size(), 4u);
+    EXPECT_TRUE(m.tensors[0].transposed);
+    EXPECT_EQ(m.tensors[0].interleave, 2);
+    EXPECT_EQ(m.tensors[2].expert_shape, (Shape{4, 2}));  // down [H, I]
+    // --layout single keeps it byte for byte.
+    const auto out = by_name(single);
+    ASSERT_EQ(out.size(), g.hub.size());
+    for (const auto& [name, t] : g.hub) EXPECT_TRUE(same_bytes(out.at(name), t)) << name;
+
+    // Per-expert: TE names only when asked for; otherwise a named refusal.
+    const Error e = error_of([&] { plan_conversion(g.hub, ExpertLayout::PerExpert, o); });
+    EXPECT_EQ(e.code(), ErrorCode::NoPerExpertForm) << e.what();
+    EXPECT_NE(e.message().find("model.layers.0.mlp.experts."), std::string::npos) << e.what();
+  }
+  PlanOptions te;
+  te.rules = {builtin_rules("gpt_oss"), builtin_rules("te")};
+  const ConversionPlan per_expert = plan_conversion(g.hub, ExpertLayout::PerExpert, te);
+  const auto out = by_name(per_expert);
+  const std::string p = "model.layers.0.mlp.experts.";
+  for (int64_t e = 0; e < g.n; ++e) {
+    const std::string i = std::to_string(e);
+    EXPECT_TRUE(same_bytes(out.at(p + "gate_up_proj.weight" + i), g.gate_up[e])) << e;
+    EXPECT_TRUE(same_bytes(out.at(p + "gate_up_proj.bias" + i), g.gate_up_bias[e])) << e;
+    EXPECT_TRUE(same_bytes(out.at(p + "down_proj.weight" + i), g.down[e])) << e;
+    EXPECT_TRUE(same_bytes(out.at(p + "down_proj.bias" + i), g.down_bias[e])) << e;
+  }
+  EXPECT_TRUE(out.count("model.layers.0.mlp.router.weight"));
+
+  // And back: the TE form, with config.json's model type, is gpt-oss's own bytes again.
+  StateDict te_dict;
+  for (const auto& [name, t] : out) te_dict.insert(name, t);
+  PlanOptions back;
+  back.model_type = "gpt_oss";
+  const auto restored = by_name(plan_conversion(te_dict, ExpertLayout::Single, back));
+  ASSERT_EQ(restored.size(), g.hub.size());
+  for (const auto& [name, t] : g.hub) EXPECT_TRUE(same_bytes(restored.at(name), t)) << name;
+
+  // "te" alone, config.json naming the family, asks the same.
+  PlanOptions te_alone;
+  te_alone.rules = {builtin_rules("te")};
+  te_alone.model_type = "gpt_oss";
+  EXPECT_EQ(plan_conversion(g.hub, ExpertLayout::PerExpert, te_alone).tensors.size(),
+            per_expert.tensors.size());
+}
+
+// Llama 4 stores gate_up_proj [N, H, 2I] and down_proj [N, I, H] (transposed, not interleaved);
+// without config.json the shapes tell its orientation from the hf form's.
+TEST(ModelFamilies, Llama4OrientationFromShapes) {
+  StateDict sd;
+  sd.insert("model.layers.0.feed_forward.experts.gate_up_proj", pattern_tensor({2, 6, 8}, DType::F32, 1));
+  sd.insert("model.layers.0.feed_forward.experts.down_proj", pattern_tensor({2, 4, 6}, DType::F32, 2));
+  const GroupedScan scan = scan_grouped_modules(sd);
+  ASSERT_TRUE(scan.problems.empty()) << scan.problems[0].what();
+  ASSERT_EQ(scan.modules.size(), 1u);
+  EXPECT_EQ(scan.modules[0].rules, "stacked-transposed");
+  EXPECT_EQ(scan.modules[0].out_features, 8);
+  EXPECT_EQ(scan.modules[0].in_features, 6);
+  PlanOptions te;
+  te.rules = {builtin_rules("llama4_text"), builtin_rules("te")};
+  const auto out = by_name(plan_conversion(sd, ExpertLayout::PerExpert, te));
+  const Tensor& w = out.at("model.layers.0.feed_forward.experts.gate_up_proj.weight1");
+  ASSERT_EQ(w.shape(), (Shape{8, 6}));
+  const float* src = reinterpret_cast<const float*>(sd.at("model.layers.0.feed_forward.experts.gate_up_proj").data());
+  const float* dst = reinterpret_cast<const float*>(w.data());
+  for (int r = 0; r < 8; ++r) {
+    for (int c = 0; c < 6; ++c) EXPECT_EQ(dst[r * 6 + c], src[48 + c * 8 + r]) << r << "," << c;
+  }
+}
+
+// GraniteMoE's Hub form is stacked under other names (input_linear.weight, output_linear.weight);
+// transformers v5 renames them (experts.gate_up_proj, experts.down_proj) and its router.
+TEST(ModelFamilies, GraniteHubAndV5FormsAreOneModel) {
+  StateDict hub, v5;
+  const Tensor in = pattern_tensor({3, 8, 6}, DType::F32, 1), out = pattern_tensor({3, 6, 4}, DType::F32, 2);
+  const Tensor router = pattern_tensor({3, 6}, DType::F32, 3);
+  hub.insert("model.layers.0.block_sparse_moe.input_linear.weight", in);
+  hub.insert("model.layers.0.block_sparse_moe.output_linear.weight", out);
+  hub.insert("model.layers.0.block_sparse_moe.router.layer.weight", router);
+  v5.insert("model.layers.0.block_sparse_moe.experts.gate_up_proj", in);
+  v5.insert("model.layers.0.block_sparse_moe.experts.down_proj", out);
+  v5.insert("model.layers.0.block_sparse_moe.router.weight", router);
+  PlanOptions o;
+  o.model_type = "granitemoe";
+  for (const StateDict* sd : {&hub, &v5}) {
+    const ConversionPlan single = plan_conversion(*sd, ExpertLayout::Single, o);
+    ASSERT_EQ(single.modules.size(), 1u);
+    EXPECT_TRUE(single.modules[0].stacked_only);
+    const auto got = by_name(single);
+    ASSERT_EQ(got.size(), 3u);
+    for (const auto& [name, t] : v5) EXPECT_TRUE(same_bytes(got.at(name), t)) << name;
+    // The form verify compares: the same names and bytes from both.
+    const auto compared = by_name(layout::plan(*sd, layout::Target::Compare, o));
+    EXPECT_EQ(compared.size(), 3u);
+    for (const auto& [name, t] : v5) EXPECT_TRUE(same_bytes(compared.at(name), t)) << name;
+    EXPECT_EQ(error_of([&] { plan_conversion(*sd, ExpertLayout::PerExpert, o); }).code(),
+              ErrorCode::NoPerExpertForm);
+  }
+}
+
+// Regression: verify of a Hub-form and a v5-form save of one Ernie-4.5-MoE model reported the
+// router's correction bias "only in A/B": the family's rename was not applied.
+TEST(ModelFamilies, FamilyRenamesMakeHubAndV5FormsTheSame) {
+  testing::HfSpec spec;
+  StateDict hub = testing::hf_state_dict(spec, false), v5 = testing::hf_state_dict(spec, true);
+  hub.insert("model.layers.0.mlp.moe_statics.e_score_correction_bias", pattern_tensor({1, 4}, DType::F32, 7));
+  v5.insert("model.layers.0.mlp.gate.moe_statics.e_score_correction_bias", pattern_tensor({1, 4}, DType::F32, 7));
+  PlanOptions o;
+  o.model_type = "ernie4_5_moe";
+  const auto a = by_name(layout::plan(hub, layout::Target::Compare, o));
+  const auto b = by_name(layout::plan(v5, layout::Target::Compare, o));
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(same_bytes(t, b.at(name))) << name;
+  }
+  const auto fused = by_name(plan_conversion(hub, ExpertLayout::Single, o));
+  EXPECT_TRUE(fused.count("model.layers.0.mlp.gate.moe_statics.e_score_correction_bias"));
+}
+
+// MiniMax-M2's Hub form is Mixtral's (block_sparse_moe.experts.E.w1/w3/w2), not Qwen's.
+TEST(ModelFamilies, MinimaxM2WritesMixtralNames) {
+  testing::HfSpec spec;
+  spec.family = "mixtral";
+  const StateDict v5 = testing::hf_state_dict(spec, true);
+  PlanOptions o;
+  o.model_type = "minimax_m2";
+  const auto out = by_name(plan_conversion(v5, ExpertLayout::PerExpert, o));
+  EXPECT_TRUE(out.count("model.layers.0.block_sparse_moe.experts.0.w1.weight"));
+  EXPECT_TRUE(out.count("model.layers.0.block_sparse_moe.gate.weight"));
+  EXPECT_FALSE(out.count("model.layers.0.mlp.experts.0.gate_proj.weight"));
+}
+
+// Every model type of the table with a structure builds a valid rule set named after it, whose
+// JSON form reads back equal; the families without one say why.
+TEST(ModelFamilies, TableIsWellFormed) {
+  size_t with_rules = 0;
+  for (const ModelFamily& f : model_families()) {
+    SCOPED_TRACE(f.model_type);
+    if (f.structure.empty()) {
+      EXPECT_FALSE(f.not_applied.empty());
+      EXPECT_EQ(rules_for_model_type(f.model_type), std::nullopt);
+      EXPECT_EQ(error_of([&] { builtin_rules(f.model_type); }).code(), ErrorCode::InvalidArgument);
+      continue;
+    }
+    ++with_rules;
+    EXPECT_EQ(rules_for_model_type(f.model_type), f.model_type);
+    const LayoutRules r = builtin_rules(f.model_type);
+    EXPECT_EQ(r.name, f.model_type);
+    const LayoutRules back = parse_rules(rules_to_json(r), "round trip");
+    EXPECT_EQ(rules_to_json(back), rules_to_json(r));
+  }
+  EXPECT_GE(with_rules, 50u);
+}
+
+}  // namespace
+}  // namespace grouplin
