@@ -9,9 +9,11 @@
 namespace grouplin {
 namespace {
 
-constexpr const char* kStructures[] = {
-    "te",      "hf",      "hf-w1w3", "hf-mixtral",         "hf-fc",
-    "hf-up-down", "stacked", "stacked-transposed", "gpt-oss", "stacked-linear"};
+constexpr const char* kStructures[] = {"te",      "hf",
+                                       "hf-w1w3", "hf-mixtral",
+                                       "hf-fc",   "hf-up-down",
+                                       "stacked", "stacked-transposed",
+                                       "gpt-oss", "stacked-linear"};
 
 std::string per_expert_name(std::string_view proj, std::string_view leaf) {
   std::string p = "{prefix}{expert}.";
@@ -87,8 +89,12 @@ LayoutRules stacked_linear() {
   r.name = "stacked-linear";
   r.per_expert = PerExpertForm::TeOnly;
   r.tensors = {
-      {"{prefix}input_linear.weight", {"{prefix}input_linear.weight{expert}"}, {"gate_up", "hidden"}},
-      {"{prefix}output_linear.weight", {"{prefix}output_linear.weight{expert}"}, {"hidden", "inter"}},
+      {"{prefix}input_linear.weight",
+       {"{prefix}input_linear.weight{expert}"},
+       {"gate_up", "hidden"}},
+      {"{prefix}output_linear.weight",
+       {"{prefix}output_linear.weight{expert}"},
+       {"hidden", "inter"}},
   };
   return r;
 }
@@ -119,9 +125,9 @@ LayoutRules structure(std::string_view name) {
   if (name == "stacked-linear") return stacked_linear();
   std::string known;
   for (const char* n : kStructures) known += (known.empty() ? "" : ", ") + std::string(n);
-  throw Error(ErrorCode::InvalidArgument,
-              "layout rules " + quote(name) + ": no such built-in set (known: " + known +
-                  ", and the model types `grouplin rules` lists)");
+  throw Error(ErrorCode::InvalidArgument, "layout rules " + quote(name) +
+                                              ": no such built-in set (known: " + known +
+                                              ", and the model types `grouplin rules` lists)");
 }
 
 const ModelFamily* family_of(std::string_view model_type) {
@@ -144,9 +150,9 @@ std::vector<std::string> builtin_rule_names() {
 LayoutRules builtin_rules(std::string_view name) {
   const ModelFamily* f = family_of(name);
   if (f != nullptr && f->structure.empty()) {
-    throw Error(ErrorCode::InvalidArgument,
-                "layout rules " + quote(name) + ": GroupLin has no rules for this model type (" +
-                    f->not_applied + ")");
+    throw Error(ErrorCode::InvalidArgument, "layout rules " + quote(name) +
+                                                ": GroupLin has no rules for this model type (" +
+                                                f->not_applied + ")");
   }
   LayoutRules r = structure(f != nullptr ? std::string_view(f->structure) : name);
   if (f != nullptr) {

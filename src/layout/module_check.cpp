@@ -52,8 +52,7 @@ class Checker {
 };
 
 std::optional<Error> Checker::check_tensor(size_t t, FoundTensor& out, int64_t& n) const {
-  return c_.tensors[t].stacked != nullptr ? check_stacked(t, out, n)
-                                          : check_per_expert(t, out, n);
+  return c_.tensors[t].stacked != nullptr ? check_stacked(t, out, n) : check_per_expert(t, out, n);
 }
 
 std::optional<Error> Checker::check_stacked(size_t t, FoundTensor& out, int64_t& n) const {
@@ -63,7 +62,9 @@ std::optional<Error> Checker::check_stacked(size_t t, FoundTensor& out, int64_t&
   const Tensor& s = ct.stacked->second;
   const std::string what = quote(ct.stacked->first) + " has shape " + shape_to_string(s.shape());
   n = s.dim(0);
-  if (n == 0) return fail(ErrorCode::ShapeMismatch, what + ": no experts (a grouped module has at least one)");
+  if (n == 0)
+    return fail(ErrorCode::ShapeMismatch,
+                what + ": no experts (a grouped module has at least one)");
   Shape expert(s.shape().begin() + (ct.unit_dim ? 2 : 1), s.shape().end());
   if (rule.transposed) std::swap(expert[0], expert[1]);  // stored [in, out]
   if (expert[0] % nparts != 0) {
@@ -72,10 +73,9 @@ std::optional<Error> Checker::check_stacked(size_t t, FoundTensor& out, int64_t&
                                               std::to_string(nparts) + " equal parts");
   }
   if (rule.interleave > 1 && expert[0] % rule.interleave != 0) {
-    return fail(ErrorCode::ShapeMismatch, what + ": " + std::to_string(expert[0]) +
-                                              " rows per expert do not split into " +
-                                              std::to_string(rule.interleave) +
-                                              " interleaved groups");
+    return fail(ErrorCode::ShapeMismatch,
+                what + ": " + std::to_string(expert[0]) + " rows per expert do not split into " +
+                    std::to_string(rule.interleave) + " interleaved groups");
   }
   out.stacked = ct.stacked;
   out.unit_dim = ct.unit_dim;
@@ -140,11 +140,10 @@ std::optional<Error> Checker::check_per_expert(size_t t, FoundTensor& out, int64
   }
   const int64_t rows = t0.rank() == 0 ? 0 : out.part_rows.front();
   if (rule.interleave > 1 && rows % rule.interleave != 0) {
-    return fail(ErrorCode::ShapeMismatch, quote(first->first) + " has shape " +
-                                              shape_to_string(t0.shape()) + ": " +
-                                              std::to_string(rows) + " rows do not split into " +
-                                              std::to_string(rule.interleave) +
-                                              " interleaved groups");
+    return fail(ErrorCode::ShapeMismatch,
+                quote(first->first) + " has shape " + shape_to_string(t0.shape()) + ": " +
+                    std::to_string(rows) + " rows do not split into " +
+                    std::to_string(rule.interleave) + " interleaved groups");
   }
   out.part_shape = t0.shape();
   return std::nullopt;
@@ -209,7 +208,7 @@ std::optional<FoundModule> Checker::check(std::optional<Error>& problem) {
   m.canonical = c_.canonical;
   // Per-expert names spell the prefix as the per-expert entries do; a module met stacked only
   // gets the renames undone (a TE-only set's per-expert names are spelled like its single ones).
-  m.spelled = !c_.spelled.empty()                         ? c_.spelled
+  m.spelled = !c_.spelled.empty()                          ? c_.spelled
               : rules_.per_expert == PerExpertForm::TeOnly ? c_.canonical
                                                            : renamed(c_.canonical, rules_, false);
   m.first_entry = c_.first_entry;
@@ -221,14 +220,13 @@ std::optional<FoundModule> Checker::check(std::optional<Error>& problem) {
     if (!stacked && !ct.per_expert()) {
       if (!rules_.tensors[t].optional) {
         const CandidateTensor& anchor = c_.tensors[0];
-        problem = fail(ErrorCode::PartialExpertSet,
-                       "has " +
-                           quote(anchor.stacked ? anchor.stacked->first
-                                                : anchor.first_per_expert()->first) +
-                           " but no " + quote(compiled_.stacked[t].format(c_.canonical)) +
-                           " (single) nor " +
-                           quote(compiled_.parts[t][0].format(prefix_for_messages(), 0)) +
-                           " (per-expert), which the " + rules_.name + " rules require");
+        problem = fail(
+            ErrorCode::PartialExpertSet,
+            "has " +
+                quote(anchor.stacked ? anchor.stacked->first : anchor.first_per_expert()->first) +
+                " but no " + quote(compiled_.stacked[t].format(c_.canonical)) + " (single) nor " +
+                quote(compiled_.parts[t][0].format(prefix_for_messages(), 0)) +
+                " (per-expert), which the " + rules_.name + " rules require");
         return std::nullopt;
       }
       continue;

@@ -14,9 +14,9 @@ bool renames_to_single(const LayoutRules& r, Target target) {
 
 ModuleTarget module_target(const GroupedModule& g, Target target, bool te_names) {
   ModuleTarget m;
-  const bool rearranged = std::any_of(g.tensors.begin(), g.tensors.end(), [](const ExpertTensor& t) {
-    return t.transposed || t.interleave > 1;
-  });
+  const bool rearranged =
+      std::any_of(g.tensors.begin(), g.tensors.end(),
+                  [](const ExpertTensor& t) { return t.transposed || t.interleave > 1; });
   switch (target) {
     case Target::Single:
       m.layout = ExpertLayout::Single;
@@ -27,7 +27,8 @@ ModuleTarget module_target(const GroupedModule& g, Target target, bool te_names)
                     module_name(g.prefix) + " (" + g.rules +
                         "): this family stores its experts stacked only and has no per-expert "
                         "names of its own; per-expert output takes TransformerEngine's names (" +
-                        g.tensors.front().name + ".weight{i} [out, in]) only when asked for with "
+                        g.tensors.front().name +
+                        ".weight{i} [out, in]) only when asked for with "
                         "the te rules (--rules te)");
       }
       m.layout = ExpertLayout::PerExpert;
@@ -52,8 +53,8 @@ void ModulePlanner::emit(const ModuleTarget& target, bool sliced, const StateDic
     const FoundTensor& ft = f_.tensors[t];
     if (!ft.present) continue;
     const ExpertLayout layout = ft.stacked ? ExpertLayout::Single : ExpertLayout::PerExpert;
-    as_is = as_is && (target.keep || (layout == target.layout &&
-                                      !(ft.unit_dim && target.drop_unit_dims)));
+    as_is = as_is &&
+            (target.keep || (layout == target.layout && !(ft.unit_dim && target.drop_unit_dims)));
   }
   if (as_is) {  // in the module's own order
     for (const std::string& k : g_.keys) {
@@ -124,8 +125,8 @@ void ModulePlanner::expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>
   const std::vector<KeyPattern>& parts = set_.parts[t];
   if (ft.stacked == nullptr) {
     for (size_t p = 0; p < parts.size(); ++p) {
-      out.push_back(PlannedTensor::of(parts[p].format(f_.spelled, e - begin_),
-                                      ft.parts[p].at(e)->second));
+      out.push_back(
+          PlannedTensor::of(parts[p].format(f_.spelled, e - begin_), ft.parts[p].at(e)->second));
     }
     return;
   }

@@ -14,9 +14,9 @@ namespace grouplin::layout {
 // The layout one module takes for a plan's target, and how its keys are spelled.
 struct ModuleTarget {
   ExpertLayout layout = ExpertLayout::Single;
-  bool to_single_names = true;   // renames applied (else undone)
-  bool drop_unit_dims = false;   // [N, 1, out] written as [N, out]
-  bool keep = false;             // written as it is (te modules for Load: GroupedLinear's own)
+  bool to_single_names = true;  // renames applied (else undone)
+  bool drop_unit_dims = false;  // [N, 1, out] written as [N, out]
+  bool keep = false;            // written as it is (te modules for Load: GroupedLinear's own)
 };
 
 // Whether `r`'s renames apply toward the single spelling for `target`: always for a stacked-only

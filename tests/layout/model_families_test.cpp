@@ -63,9 +63,9 @@ TEST(ModelFamilies, PatternTextMayEndInADigit) {
   m = p->match("fc10");
   ASSERT_TRUE(m);
   EXPECT_EQ(m->expert, 0);
-  EXPECT_FALSE(p->match("model.fc1"));      // no index
-  EXPECT_FALSE(p->match("model.fc1012"));   // "012" is not canonical, "fc10" + "12" not the text
-  EXPECT_FALSE(p->match("model.xfc13"));    // the prefix must end in '.'
+  EXPECT_FALSE(p->match("model.fc1"));     // no index
+  EXPECT_FALSE(p->match("model.fc1012"));  // "012" is not canonical, "fc10" + "12" not the text
+  EXPECT_FALSE(p->match("model.xfc13"));   // the prefix must end in '.'
   EXPECT_EQ(p->format("m.", 7), "m.fc17");
 
   LayoutRules r = parse_rules(
@@ -73,7 +73,8 @@ TEST(ModelFamilies, PatternTextMayEndInADigit) {
           "dims": ["out", "in"]}]})",
       "inline");
   StateDict sd;
-  for (int i = 0; i < 12; ++i) sd.insert("m.fc1" + std::to_string(i), pattern_tensor({2, 3}, DType::F32, i));
+  for (int i = 0; i < 12; ++i)
+    sd.insert("m.fc1" + std::to_string(i), pattern_tensor({2, 3}, DType::F32, i));
   const std::vector<GroupedModule> found = find_grouped_modules(sd, {r});
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].num_experts, 12);
@@ -167,13 +168,15 @@ struct GptOss {
       for (int64_t j = 0; j < inter; ++j) {
         for (int64_t g = 0; g < 2; ++g) {
           const int64_t row = g * inter + j, col = 2 * j + g;
-          for (int64_t h = 0; h < hidden; ++h) element(gu, h * 2 * inter + col) = element(gate_up[e], row * hidden + h);
+          for (int64_t h = 0; h < hidden; ++h)
+            element(gu, h * 2 * inter + col) = element(gate_up[e], row * hidden + h);
           element(gub, col) = element(gate_up_bias[e], row);
         }
       }
       Tensor d = Tensor::zeros({inter, hidden}, DType::BF16);
       for (int64_t h = 0; h < hidden; ++h) {
-        for (int64_t i = 0; i < inter; ++i) element(d, i * hidden + h) = element(down[e], h * inter + i);
+        for (int64_t i = 0; i < inter; ++i)
+          element(d, i * hidden + h) = element(down[e], h * inter + i);
       }
       gu_stored.push_back(gu);
       gub_stored.push_back(gub);
@@ -254,8 +257,10 @@ TEST(ModelFamilies, GptOssIsAStackedOnlyModuleInItsOwnOrientation) {
 // without config.json the shapes tell its orientation from the hf form's.
 TEST(ModelFamilies, Llama4OrientationFromShapes) {
   StateDict sd;
-  sd.insert("model.layers.0.feed_forward.experts.gate_up_proj", pattern_tensor({2, 6, 8}, DType::F32, 1));
-  sd.insert("model.layers.0.feed_forward.experts.down_proj", pattern_tensor({2, 4, 6}, DType::F32, 2));
+  sd.insert("model.layers.0.feed_forward.experts.gate_up_proj",
+            pattern_tensor({2, 6, 8}, DType::F32, 1));
+  sd.insert("model.layers.0.feed_forward.experts.down_proj",
+            pattern_tensor({2, 4, 6}, DType::F32, 2));
   const GroupedScan scan = scan_grouped_modules(sd);
   ASSERT_TRUE(scan.problems.empty()) << scan.problems[0].what();
   ASSERT_EQ(scan.modules.size(), 1u);
@@ -267,7 +272,8 @@ TEST(ModelFamilies, Llama4OrientationFromShapes) {
   const auto out = by_name(plan_conversion(sd, ExpertLayout::PerExpert, te));
   const Tensor& w = out.at("model.layers.0.feed_forward.experts.gate_up_proj.weight1");
   ASSERT_EQ(w.shape(), (Shape{8, 6}));
-  const float* src = reinterpret_cast<const float*>(sd.at("model.layers.0.feed_forward.experts.gate_up_proj").data());
+  const float* src = reinterpret_cast<const float*>(
+      sd.at("model.layers.0.feed_forward.experts.gate_up_proj").data());
   const float* dst = reinterpret_cast<const float*>(w.data());
   for (int r = 0; r < 8; ++r) {
     for (int c = 0; c < 6; ++c) EXPECT_EQ(dst[r * 6 + c], src[48 + c * 8 + r]) << r << "," << c;
@@ -278,7 +284,8 @@ TEST(ModelFamilies, Llama4OrientationFromShapes) {
 // transformers v5 renames them (experts.gate_up_proj, experts.down_proj) and its router.
 TEST(ModelFamilies, GraniteHubAndV5FormsAreOneModel) {
   StateDict hub, v5;
-  const Tensor in = pattern_tensor({3, 8, 6}, DType::F32, 1), out = pattern_tensor({3, 6, 4}, DType::F32, 2);
+  const Tensor in = pattern_tensor({3, 8, 6}, DType::F32, 1),
+               out = pattern_tensor({3, 6, 4}, DType::F32, 2);
   const Tensor router = pattern_tensor({3, 6}, DType::F32, 3);
   hub.insert("model.layers.0.block_sparse_moe.input_linear.weight", in);
   hub.insert("model.layers.0.block_sparse_moe.output_linear.weight", out);
@@ -309,8 +316,10 @@ TEST(ModelFamilies, GraniteHubAndV5FormsAreOneModel) {
 TEST(ModelFamilies, FamilyRenamesMakeHubAndV5FormsTheSame) {
   testing::HfSpec spec;
   StateDict hub = testing::hf_state_dict(spec, false), v5 = testing::hf_state_dict(spec, true);
-  hub.insert("model.layers.0.mlp.moe_statics.e_score_correction_bias", pattern_tensor({1, 4}, DType::F32, 7));
-  v5.insert("model.layers.0.mlp.gate.moe_statics.e_score_correction_bias", pattern_tensor({1, 4}, DType::F32, 7));
+  hub.insert("model.layers.0.mlp.moe_statics.e_score_correction_bias",
+             pattern_tensor({1, 4}, DType::F32, 7));
+  v5.insert("model.layers.0.mlp.gate.moe_statics.e_score_correction_bias",
+            pattern_tensor({1, 4}, DType::F32, 7));
   PlanOptions o;
   o.model_type = "ernie4_5_moe";
   const auto a = by_name(layout::plan(hub, layout::Target::Compare, o));

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/optimizer.hpp"
 #include "nn/load_test_util.hpp"
 
@@ -341,6 +342,47 @@ TEST(LoadStateDict, OwnStateDictIsANoOp) {
     const auto before = testing::snapshot(*gl);
     gl->load_state_dict(gl->state_dict());
     testing::expect_unchanged(*gl, before);
+  }
+}
+
+}  // namespace
+}  // namespace grouplin
+
+namespace grouplin {
+namespace {
+
+// Regression: load_state_dict with a prefix planned the whole dict, so a broken grouped module
+// elsewhere in a whole-model dict (here a Hugging Face expert list missing its up_proj) failed
+// this module's load.
+TEST(LoadStateDict, PrefixLoadIgnoresBrokenModulesElsewhere) {
+  auto src = make_gl(gl_options(4, WeightLayout::Single, 1));
+  StateDict sd = src->state_dict(kFc1Prefix);
+  sd.insert("model.layers.0.mlp.experts.0.gate_proj.weight", Tensor::zeros({2, 3}, DType::F32));
+  sd.insert("model.layers.0.mlp.experts.0.down_proj.weight", Tensor::zeros({3, 2}, DType::F32));
+  EXPECT_FALSE(scan_grouped_modules(sd).problems.empty());  // broken indeed
+  for (WeightLayout l : testing::kLayouts) {
+    SCOPED_TRACE(std::string(layout_name(l)));
+    auto dst = make_gl(gl_options(4, l, 2));
+    const LoadReport r = dst->load_state_dict(sd, {.prefix = kFc1Prefix});
+    expect_same_experts(*src, *dst);
+    EXPECT_TRUE(r.missing.empty() && r.unexpected.empty());
+  }
+}
+
+// Regression: a stacked bias saved as [N, 1, out] (TransformerEngine may save it so) was
+// accepted by the checkpoint scan and refused by load_state_dict (ShapeMismatch).
+TEST(LoadStateDict, StackedBiasWithAUnitDimLoads) {
+  auto src = make_gl(gl_options(3, WeightLayout::Single, 1));
+  StateDict sd;
+  for (const auto& [name, t] : src->state_dict()) {
+    sd.insert(name, name == "bias" ? t.reshape({t.dim(0), 1, t.dim(1)}) : t);
+  }
+  ASSERT_EQ(sd.at("bias").rank(), 3u);
+  for (WeightLayout l : testing::kLayouts) {
+    SCOPED_TRACE(std::string(layout_name(l)));
+    auto dst = make_gl(gl_options(3, l, 2));
+    dst->load_state_dict(sd);
+    expect_same_experts(*src, *dst);
   }
 }
 

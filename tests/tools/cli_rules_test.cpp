@@ -123,3 +123,105 @@ TEST_F(CliRulesTest, BadRulesAndSlicesExitTwoAndWriteNothing) {
 
 }  // namespace
 }  // namespace grouplin
+
+namespace grouplin {
+namespace {
+
+// A directory holding `sd` as model.safetensors beside a config.json naming `model_type`.
+void write_model_dir(const std::filesystem::path& dir, const StateDict& sd,
+                     const std::string& model_type) {
+  std::filesystem::create_directories(dir);
+  save_safetensors((dir / "model.safetensors").string(), sd);
+  std::ofstream(dir / "config.json") << "{\"model_type\": \"" << model_type << "\"}\n";
+}
+
+// Llama 4's experts as transformers saves them: stacked and transposed, gate_up_proj [N, H, 2I],
+// down_proj [N, I, H]; with a router and a conv1d-like tensor that no conversion may touch.
+StateDict llama4_experts() {
+  StateDict sd;
+  sd.insert("model.layers.0.feed_forward.experts.gate_up_proj",
+            testing::pattern_tensor({3, 6, 8}, DType::BF16, 1));
+  sd.insert("model.layers.0.feed_forward.experts.down_proj",
+            testing::pattern_tensor({3, 4, 6}, DType::BF16, 2));
+  sd.insert("model.layers.0.feed_forward.router.weight",
+            testing::pattern_tensor({3, 6}, DType::BF16, 3));
+  sd.insert("model.layers.0.conv.conv1d.weight",
+            testing::pattern_tensor({5, 1, 3}, DType::BF16, 4));
+  return sd;
+}
+
+// A stacked-only family: inspect shows it in its orientation, single keeps it byte for byte,
+// per-expert is a named refusal that writes nothing, and --rules te writes TransformerEngine
+// weights [out, in] that come back to the same bytes.
+TEST_F(CliRulesTest, StackedOnlyFamilyRefusesPerExpertWithoutTe) {
+  const std::filesystem::path in = dir_ / "llama4";
+  write_model_dir(in, llama4_experts(), "llama4_text");
+  CliRun r = run({"inspect", in.string(), "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["grouped_modules"].size(), 1u);
+  EXPECT_EQ(doc["grouped_modules"][0]["rules"], "llama4_text");
+  EXPECT_EQ(doc["grouped_modules"][0]["stacked_only"], true);
+  EXPECT_EQ(doc["grouped_modules"][0]["out_features"], 8);
+  EXPECT_EQ(doc["grouped_modules"][0]["tensors"][0]["transposed"], true);
+  r = run({"inspect", in.string()});
+  EXPECT_NE(r.out.find("stacked only; gate_up_proj stored [N, in, out]"), std::string::npos)
+      << r.out;
+
+  r = run({"convert", in.string(), path("single"), "--layout", "single"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_dict(load_checkpoint(path("single")).tensors, llama4_experts());
+
+  r = run({"convert", in.string(), path("per-expert"), "--layout", "per-expert"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("NoPerExpertForm"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.layers.0.feed_forward.experts."), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--rules te"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("per-expert")));
+
+  r = run({"convert", in.string(), path("te"), "--layout", "per-expert", "--rules", "te"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const StateDict te = load_checkpoint(path("te")).tensors;
+  ASSERT_TRUE(te.contains("model.layers.0.feed_forward.experts.gate_up_proj.weight2"));
+  EXPECT_EQ(te.at("model.layers.0.feed_forward.experts.gate_up_proj.weight2").shape(),
+            (Shape{8, 6}));
+  EXPECT_TRUE(te.at("model.layers.0.conv.conv1d.weight")
+                  .bit_equal(llama4_experts().at("model.layers.0.conv.conv1d.weight")));
+  r = run({"convert", path("te"), path("back"), "--layout", "single"});  // config.json was copied
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_dict(load_checkpoint(path("back")).tensors, llama4_experts());
+  r = run({"verify", in.string(), path("te")});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+}
+
+// grouplin rules lists the structures and the model families; one set prints as JSON that
+// --rules reads back from a file.
+TEST_F(CliRulesTest, RulesCommandListsAndPrintsSets) {
+  CliRun r = run({"rules"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* word :
+       {"structures: te hf", "qwen3_moe", "gpt_oss", "gpt-oss", "dbrx", "unsupported:"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  }
+  r = run({"rules", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_GE(doc["families"].size(), 60u);
+  EXPECT_FALSE(doc["transformers_checked"].get<std::string>().empty());
+  r = run({"rules", "mixtral"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ofstream(path("mine.json")) << r.out;
+  const HfSpec mixtral{.family = "mixtral"};
+  save_safetensors(path("fused.safetensors"), hf_state_dict(mixtral, true));
+  r = run({"convert", path("fused.safetensors"), path("back.safetensors"), "--layout", "per-expert",
+           "--rules", path("mine.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_dict(load_checkpoint(path("back.safetensors")).tensors,
+                   hf_state_dict(mixtral, false));
+  r = run({"rules", "no_such_model"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no such built-in set"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace grouplin

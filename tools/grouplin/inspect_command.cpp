@@ -121,6 +121,17 @@ std::string name_list(const std::vector<std::string>& names, size_t max = 8) {
   return out;
 }
 
+// What GroupLin makes of a model type: " (rules: its family's)", or why it has none.
+std::string family_note(const std::string& model_type) {
+  for (const ModelFamily& f : model_families()) {
+    if (f.model_type != model_type) continue;
+    if (f.structure.empty())
+      return " (GroupLin has no rules for this family: " + f.not_applied + ")";
+    return " (rules: " + f.model_type + ", structure " + f.structure + ")";
+  }
+  return " (no MoE family GroupLin knows: the rules are detected from the names)";
+}
+
 // How a module's family stores it, when that is not the per-expert orientation in order:
 // " (stacked only; gate_up_proj stored [N, in, out], rows in 2 interleaved groups)".
 std::string storage_note(const GroupedModule& m) {
@@ -130,9 +141,10 @@ std::string storage_note(const GroupedModule& m) {
     note += note.empty() ? "" : (note == "stacked only" ? "; " : ", ");
     note += escaped(t.name.substr(std::min(t.name.size(), m.prefix.size()))) + " stored";
     if (t.transposed) note += " [N, in, out]";
-    if (t.transposed && t.interleave > 1) note += ",";
-    if (t.interleave > 1)
-      note += " rows in " + std::to_string(t.interleave) + " interleaved groups";
+    if (t.interleave > 1) {
+      note += (t.transposed ? ", rows in " : " with rows in ") + std::to_string(t.interleave) +
+              " interleaved groups";
+    }
   }
   return note.empty() ? "" : " (" + note + ")";
 }
@@ -150,7 +162,10 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
                 s.index_file.empty() ? "none (every *.safetensors file is a shard)"
                                      : escaped(s.index_file).c_str(),
                 name_list(s.shards).c_str());
-    if (!s.model_type.empty()) std::printf("model_type: %s\n", escaped(s.model_type).c_str());
+    if (!s.model_type.empty()) {
+      std::printf("model_type: %s%s\n", escaped(s.model_type).c_str(),
+                  family_note(s.model_type).c_str());
+    }
     if (!s.other_files.empty()) {
       std::printf("other files: %s\n", name_list(s.other_files).c_str());
     }

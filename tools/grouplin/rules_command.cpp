@@ -39,11 +39,12 @@ void print_all_json() {
   }
   doc["families"] = nlohmann::ordered_json::array();
   for (const ModelFamily& f : model_families()) {
-    doc["families"].push_back({{"model_type", f.model_type},
-                               {"structure", f.structure.empty() ? nlohmann::ordered_json(nullptr)
-                                                                 : nlohmann::ordered_json(f.structure)},
-                               {"renames", renames_json(f.renames)},
-                               {"not_applied", f.not_applied}});
+    doc["families"].push_back(
+        {{"model_type", f.model_type},
+         {"structure", f.structure.empty() ? nlohmann::ordered_json(nullptr)
+                                           : nlohmann::ordered_json(f.structure)},
+         {"renames", renames_json(f.renames)},
+         {"not_applied", f.not_applied}});
   }
   std::cout << doc.dump(2) << "\n";
 }
@@ -62,8 +63,8 @@ void print_all_text() {
                 f.structure.empty() ? "(none)" : f.structure.c_str());
     if (!f.renames.empty()) std::printf("  %zu rename(s)", f.renames.size());
     if (!f.not_applied.empty()) {
-      std::printf("  %s %s", f.structure.empty() ? "unsupported:" : "not applied:",
-                  f.not_applied.c_str());
+      std::printf("  %s %s",
+                  f.structure.empty() ? "unsupported:" : "not applied:", f.not_applied.c_str());
     }
     std::printf("\n");
   }
@@ -89,8 +90,9 @@ void add_rules_command(CLI::App& app) {
       "rules",
       "List the built-in layout rules: the structures and every MoE model family of "
       "transformers, or print one rule set as JSON");
-  cmd->add_option("NAME", config->name,
-                  "a structure (te, hf, hf-mixtral, ...) or a model type (qwen3_moe, gpt_oss, ...)");
+  cmd->add_option(
+      "NAME", config->name,
+      "a structure (te, hf, hf-mixtral, ...) or a model type (qwen3_moe, gpt_oss, ...)");
   cmd->add_flag("--json", config->json, "without NAME: everything as one JSON document");
   cmd->footer(
       "A family is a structure (how its experts are named and stored) plus its renames, chosen\n"
