@@ -31,12 +31,13 @@ namespace {
 
 using namespace grouplin;
 
-constexpr uint64_t kRegion = uint64_t{1} << 40;  // virtual only
+constexpr uint64_t kRegion = uint64_t{1} << 40;     // virtual only
 constexpr uint64_t kCopyLimit = uint64_t{4} << 20;  // plans copied out when this small
 
 std::shared_ptr<Storage> region() {
   static std::shared_ptr<Storage> s = [] {
-    void* p = ::mmap(nullptr, kRegion, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p =
+        ::mmap(nullptr, kRegion, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) std::abort();
     return Storage::wrap(static_cast<const std::byte*>(p), kRegion, nullptr);
   }();

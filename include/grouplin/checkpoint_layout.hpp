@@ -66,6 +66,7 @@ struct ExpertTensor {
   // its rows in `interleave` interleaved groups (gpt-oss's gate and up).
   bool transposed = false;
   int64_t interleave = 1;
+  bool folded = false;  // the experts folded into the stored tensor's first dim (DBRX)
 };
 
 // One grouped module found in a state dict.

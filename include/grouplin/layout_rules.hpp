@@ -70,6 +70,9 @@ struct StackedTensorRule {
   // [out, ...] orientation): row r of group g is its row r * interleave + g (gpt-oss's gate and up,
   // [..., ::2] and [..., 1::2]); the per-expert form holds the groups one after the other.
   int64_t interleave = 1;
+  // The stacked tensor folds the experts into its first dim: [N * rows, ...] (DBRX's w1 [N * I, H])
+  // instead of [N, rows, ...]; N then comes from LayoutRules::experts_from.
+  bool folded = false;
 };
 
 // What the per-expert names of a rule set are.
@@ -110,6 +113,11 @@ struct LayoutRules {
   // every module of experts "experts"; a list of dense MLPs (LongCat's mlps.0.gate_proj) is not
   // one.
   std::string prefix_ends_with;
+  // When not empty ("{prefix}router.layer.weight"): the entry whose dim `experts_from_dim` is the
+  // module's expert count, for sets with folded tensors (a folded shape does not tell it). A
+  // module whose folded tensors have no such entry beside them is no module.
+  std::string experts_from;
+  int64_t experts_from_dim = 0;
 };
 
 // One model family of transformers v5's checkpoint conversion mapping, as GroupLin applies it.

@@ -13,7 +13,8 @@ constexpr const char* kStructures[] = {"te",      "hf",
                                        "hf-w1w3", "hf-mixtral",
                                        "hf-fc",   "hf-up-down",
                                        "stacked", "stacked-transposed",
-                                       "gpt-oss", "stacked-linear"};
+                                       "gpt-oss", "stacked-linear",
+                                       "folded"};
 
 std::string per_expert_name(std::string_view proj, std::string_view leaf) {
   std::string p = "{prefix}{expert}.";
@@ -99,6 +100,26 @@ LayoutRules stacked_linear() {
   return r;
 }
 
+// DBRX: each projection stacked with the experts folded into dim 0 (w1, v1 [N * I, H]; w2 the
+// same, each expert's down projection transposed), under the feed-forward block, whose router
+// (P.router.layer.weight [N, H]) tells N.
+LayoutRules folded() {
+  LayoutRules r;
+  r.name = "folded";
+  r.per_expert = PerExpertForm::TeOnly;
+  r.experts_from = "{prefix}router.layer.weight";
+  StackedTensorRule w1{
+      "{prefix}experts.mlp.w1", {"{prefix}experts.mlp.w1.weight{expert}"}, {"inter", "hidden"}};
+  StackedTensorRule v1{
+      "{prefix}experts.mlp.v1", {"{prefix}experts.mlp.v1.weight{expert}"}, {"inter", "hidden"}};
+  StackedTensorRule w2{
+      "{prefix}experts.mlp.w2", {"{prefix}experts.mlp.w2.weight{expert}"}, {"hidden", "inter"}};
+  w1.folded = v1.folded = w2.folded = true;
+  w2.transposed = true;
+  r.tensors = {w1, v1, w2};
+  return r;
+}
+
 LayoutRules structure(std::string_view name) {
   if (name == "te") {
     LayoutRules r;
@@ -123,6 +144,7 @@ LayoutRules structure(std::string_view name) {
   if (name == "stacked-transposed") return stacked_only("stacked-transposed", true);
   if (name == "gpt-oss") return gpt_oss();
   if (name == "stacked-linear") return stacked_linear();
+  if (name == "folded") return folded();
   std::string known;
   for (const char* n : kStructures) known += (known.empty() ? "" : ", ") + std::string(n);
   throw Error(ErrorCode::InvalidArgument, "layout rules " + quote(name) +

@@ -19,6 +19,7 @@ struct CompiledRules {
   std::vector<KeyPattern> stacked;             // per tensor
   std::vector<std::vector<KeyPattern>> parts;  // per tensor, per part
   std::optional<KeyPattern> stacked_needs;     // when rules.stacked_needs is set
+  std::optional<KeyPattern> experts_from;      // when rules.experts_from is set
 };
 
 // Checks `rules` and compiles its patterns. Throws Error(InvalidRules) naming `source`, the field

@@ -59,8 +59,9 @@ void only_fields(const nlohmann::json& j, std::initializer_list<std::string_view
 StackedTensorRule tensor_rule(const nlohmann::json& e, const std::string& source,
                               const std::string& where) {
   if (!e.is_object()) invalid(source, where + " is not an object");
-  only_fields(e, {"stacked", "parts", "dims", "optional", "unit_dim", "transposed", "interleave"},
-              source, where);
+  only_fields(
+      e, {"stacked", "parts", "dims", "optional", "unit_dim", "transposed", "interleave", "folded"},
+      source, where);
   StackedTensorRule t;
   t.stacked = string_field(e, "stacked", source, where);
   t.parts = string_list(e, "parts", source, where);
@@ -68,6 +69,7 @@ StackedTensorRule tensor_rule(const nlohmann::json& e, const std::string& source
   t.optional = bool_field(e, "optional", source, where);
   t.unit_dim = bool_field(e, "unit_dim", source, where);
   t.transposed = bool_field(e, "transposed", source, where);
+  t.folded = bool_field(e, "folded", source, where);
   if (e.contains("interleave")) {
     const nlohmann::json& v = e["interleave"];
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 64) {
@@ -111,6 +113,9 @@ CompiledRules compile_rules(const LayoutRules& r, const std::string& source) {
                           " parts; a transposed tensor has one part");
     }
     if (t.interleave < 1) invalid(source, where + ".interleave is below 1");
+    if (t.folded && (t.unit_dim || t.parts.size() != 1)) {
+      invalid(source, where + " is folded; a folded tensor has one part and no unit dim");
+    }
     if (t.interleave > 1 && t.parts.size() != 1) {
       invalid(source, where + " interleaves " + std::to_string(t.interleave) +
                           " groups of rows but has " + std::to_string(t.parts.size()) +
@@ -123,6 +128,17 @@ CompiledRules compile_rules(const LayoutRules& r, const std::string& source) {
       invalid(source, "rename " + quote(from) + " -> " + quote(to) +
                           ": only its source may start with '^' (anchored at the key's start)");
     }
+  }
+  bool any_folded = false;
+  for (const StackedTensorRule& t : r.tensors) any_folded = any_folded || t.folded;
+  if (any_folded != !r.experts_from.empty()) {
+    invalid(source, any_folded ? "a tensor is folded but experts_from names no entry to count "
+                                 "the experts by"
+                               : "experts_from is set but no tensor is folded");
+  }
+  if (!r.experts_from.empty()) {
+    c.experts_from = KeyPattern::compile(r.experts_from, false, error);
+    if (!c.experts_from) invalid(source, "experts_from.key " + quote(r.experts_from) + " " + error);
   }
   if (!r.stacked_needs.empty()) {
     c.stacked_needs = KeyPattern::compile(r.stacked_needs, false, error);
@@ -145,7 +161,7 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   if (!j.is_object()) invalid(source, "the document is not an object");
   only_fields(j,
               {"name", "renames", "renames_after", "tensors", "order", "per_expert",
-               "stacked_needs", "prefix_ends_with"},
+               "stacked_needs", "prefix_ends_with", "experts_from"},
               source, "the document");
   LayoutRules r;
   r.name = string_field(j, "name", source, "the document");
@@ -165,6 +181,19 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   }
   if (j.contains("stacked_needs")) {
     r.stacked_needs = string_field(j, "stacked_needs", source, "the document");
+  }
+  if (j.contains("experts_from")) {
+    const nlohmann::json& e = j["experts_from"];
+    if (!e.is_object()) invalid(source, "experts_from is not an object");
+    only_fields(e, {"key", "dim"}, source, "experts_from");
+    r.experts_from = string_field(e, "key", source, "experts_from");
+    if (e.contains("dim")) {
+      if (!e["dim"].is_number_integer() || e["dim"].get<int64_t>() < 0 ||
+          e["dim"].get<int64_t>() > 7) {
+        invalid(source, "experts_from.dim is not an integer from 0 to 7");
+      }
+      r.experts_from_dim = e["dim"].get<int64_t>();
+    }
   }
   if (j.contains("renames_after")) {
     r.renames_after = string_field(j, "renames_after", source, "the document");
@@ -204,6 +233,9 @@ std::string rules_to_json(const LayoutRules& r) {
   if (r.per_expert == PerExpertForm::TeOnly) j["per_expert"] = "te";
   if (!r.stacked_needs.empty()) j["stacked_needs"] = r.stacked_needs;
   if (!r.prefix_ends_with.empty()) j["prefix_ends_with"] = r.prefix_ends_with;
+  if (!r.experts_from.empty()) {
+    j["experts_from"] = {{"key", r.experts_from}, {"dim", r.experts_from_dim}};
+  }
   if (!r.renames.empty()) {
     j["renames"] = nlohmann::ordered_json::array();
     for (const auto& [from, to] : r.renames) j["renames"].push_back({{"from", from}, {"to", to}});
@@ -216,6 +248,7 @@ std::string rules_to_json(const LayoutRules& r) {
     if (t.unit_dim) e["unit_dim"] = true;
     if (t.transposed) e["transposed"] = true;
     if (t.interleave > 1) e["interleave"] = t.interleave;
+    if (t.folded) e["folded"] = true;
     j["tensors"].push_back(std::move(e));
   }
   return j.dump(2);

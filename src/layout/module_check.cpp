@@ -20,10 +20,11 @@ std::string dims_text(const std::vector<std::string>& dims) {
 
 class Checker {
  public:
-  Checker(const Candidate& c, const CompiledRules& compiled)
+  Checker(const Candidate& c, const CompiledRules& compiled, std::optional<int64_t> folded_experts)
       : c_(c),
         rules_(compiled.rules),
         compiled_(compiled),
+        folded_experts_(folded_experts),
         what_(module_name(prefix_for_messages())) {}
 
   std::optional<FoundModule> check(std::optional<Error>& problem);
@@ -46,6 +47,7 @@ class Checker {
   const Candidate& c_;
   const LayoutRules& rules_;
   const CompiledRules& compiled_;
+  std::optional<int64_t> folded_experts_;
   std::string what_;
   std::map<std::string, int64_t> dims_;
   std::map<std::string, std::string> dim_source_;
@@ -61,11 +63,31 @@ std::optional<Error> Checker::check_stacked(size_t t, FoundTensor& out, int64_t&
   const auto nparts = static_cast<int64_t>(rule.parts.size());
   const Tensor& s = ct.stacked->second;
   const std::string what = quote(ct.stacked->first) + " has shape " + shape_to_string(s.shape());
-  n = s.dim(0);
-  if (n == 0)
+  Shape expert;
+  if (rule.folded) {  // [N * rows, ...]: N from the experts_from entry
+    const std::string counter = compiled_.experts_from->format(c_.canonical);
+    if (!folded_experts_) {
+      return fail(ErrorCode::PartialExpertSet,
+                  what + " folds its experts into dim 0, but there is no " + quote(counter) +
+                      " to count them by");
+    }
+    n = *folded_experts_;
+    if (n <= 0 || s.dim(0) % n != 0) {
+      return fail(ErrorCode::ShapeMismatch, what + ": " + std::to_string(s.dim(0)) +
+                                                " rows do not split into " + std::to_string(n) +
+                                                " experts (" + quote(counter) + ")");
+    }
+    expert = s.shape();
+    expert[0] /= n;
+    out.folded_rows = expert[0];
+  } else {
+    n = s.dim(0);
+    expert.assign(s.shape().begin() + (ct.unit_dim ? 2 : 1), s.shape().end());
+  }
+  if (n == 0) {
     return fail(ErrorCode::ShapeMismatch,
                 what + ": no experts (a grouped module has at least one)");
-  Shape expert(s.shape().begin() + (ct.unit_dim ? 2 : 1), s.shape().end());
+  }
   if (rule.transposed) std::swap(expert[0], expert[1]);  // stored [in, out]
   if (expert[0] % nparts != 0) {
     return fail(ErrorCode::ShapeMismatch, what + ": " + std::to_string(expert[0]) +
@@ -168,7 +190,11 @@ std::optional<Error> Checker::check_dims(size_t t, const Entry& e, const Shape& 
       full[0] *= static_cast<int64_t>(rule.parts.size());
       if (rule.transposed) std::swap(full[0], full[1]);
       if (c_.tensors[t].unit_dim) full.insert(full.begin(), 1);
-      full.insert(full.begin(), n);
+      if (rule.folded) {
+        full[0] *= n;
+      } else {
+        full.insert(full.begin(), n);
+      }
     }
     return fail(ErrorCode::ShapeMismatch, quote(e.first) + " has shape " +
                                               shape_to_string(e.second.shape()) + ", expected " +
@@ -185,7 +211,7 @@ std::optional<Error> Checker::check_count(size_t t, int64_t n, int64_t n_module)
   const CandidateTensor& ct = c_.tensors[t];
   if (ct.stacked != nullptr) {
     Shape want = ct.stacked->second.shape();
-    want[0] = n_module;
+    want[0] = rules_.tensors[t].folded ? want[0] / n * n_module : n_module;
     return fail(ErrorCode::ShapeMismatch, quote(ct.stacked->first) + " has shape " +
                                               shape_to_string(ct.stacked->second.shape()) +
                                               ", expected " + shape_to_string(want) + " (" +
@@ -291,8 +317,9 @@ std::string missing_list(const std::map<int64_t, const Entry*>& present, int64_t
 
 std::optional<FoundModule> check_candidate(const Candidate& c, size_t set,
                                            const CompiledRules& rules,
+                                           std::optional<int64_t> folded_experts,
                                            std::optional<Error>& problem) {
-  Checker checker(c, rules);
+  Checker checker(c, rules, folded_experts);
   std::optional<FoundModule> m = checker.check(problem);
   if (m) m->rules = set;
   return m;

@@ -47,6 +47,7 @@ struct FoundTensor {
   Shape part_shape;                // one part of one expert, per-expert orientation (all parts
                                    // equal but for the first dim)
   std::vector<int64_t> part_rows;  // each part's first dim
+  int64_t folded_rows = 0;         // folded stacked tensors: stored rows per expert
 };
 
 struct FoundModule {
@@ -62,8 +63,10 @@ struct FoundModule {
 std::string module_name(const std::string& prefix);
 
 // Checks candidate `c` of `rules`: returns the module, or sets `problem` and returns nullopt.
+// `folded_experts` is the expert count of the set's experts_from entry, when it has one.
 std::optional<FoundModule> check_candidate(const Candidate& c, size_t set,
                                            const CompiledRules& rules,
+                                           std::optional<int64_t> folded_experts,
                                            std::optional<Error>& problem);
 
 // "weight3, weight7" for the indices in [0, n) that `present` lacks (at most 8, then a count).

@@ -14,9 +14,9 @@ bool renames_to_single(const LayoutRules& r, Target target) {
 
 ModuleTarget module_target(const GroupedModule& g, Target target, bool te_names) {
   ModuleTarget m;
-  const bool rearranged =
-      std::any_of(g.tensors.begin(), g.tensors.end(),
-                  [](const ExpertTensor& t) { return t.transposed || t.interleave > 1; });
+  const bool rearranged = std::any_of(
+      g.tensors.begin(), g.tensors.end(),
+      [](const ExpertTensor& t) { return t.transposed || t.interleave > 1 || t.folded; });
   switch (target) {
     case Target::Single:
       m.layout = ExpertLayout::Single;
@@ -94,9 +94,15 @@ void ModulePlanner::single(std::vector<PlannedTensor>& out) const {
     const ExpertTensor& et = tensor_info(t);
     PlannedTensor p{set_.stacked[t].format(f_.canonical), et.dtype, et.expert_shape, {}};
     if (et.transposed) std::swap(p.shape[0], p.shape[1]);  // stored [in, out]
-    p.shape.insert(p.shape.begin(), end_ - begin_);
+    const int64_t rows = p.shape[0];                       // stored rows of one expert
+    if (et.folded) {
+      p.shape[0] *= end_ - begin_;
+    } else {
+      p.shape.insert(p.shape.begin(), end_ - begin_);
+    }
     if (ft.stacked != nullptr) {
-      p.pieces.push_back(ft.stacked->second.rows(begin_, end_ - begin_));
+      p.pieces.push_back(et.folded ? ft.stacked->second.rows(begin_ * rows, (end_ - begin_) * rows)
+                                   : ft.stacked->second.rows(begin_, end_ - begin_));
     } else {
       for (int64_t e = begin_; e < end_; ++e) {
         for (const auto& part : ft.parts) p.pieces.push_back(part.at(e)->second);
@@ -130,7 +136,8 @@ void ModulePlanner::expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>
     }
     return;
   }
-  Tensor slice = ft.stacked->second.select(e);
+  Tensor slice = ft.folded_rows > 0 ? ft.stacked->second.rows(e * ft.folded_rows, ft.folded_rows)
+                                    : ft.stacked->second.select(e);
   if (ft.unit_dim) slice = slice.select(0);
   if (std::optional<Rearrangement> r = rearrangement(t, /*to_stored=*/false)) {
     // One part, stored transposed or interleaved: the whole slice, moved into [out, in].

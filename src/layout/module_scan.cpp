@@ -71,7 +71,7 @@ std::vector<Claim> Claims::claims_of(const Entry& e, size_t pos) {
       auto fits = [&](std::string_view prefix) { return prefix.ends_with(r.prefix_ends_with); };
       if (auto m = c.stacked[t].match(single_key); m && fits(m->prefix)) {
         const Tensor& v = e.second;
-        const size_t rank = rule.dims.size() + 1;
+        const size_t rank = rule.dims.size() + (rule.folded ? 0 : 1);
         const bool unit = rule.unit_dim && v.rank() == rank + 1 && v.dim(1) == 1;
         if (v.rank() == rank || unit) {
           claims.push_back({s, t, -1, -1, std::string(m->prefix), "", unit});
@@ -156,6 +156,7 @@ GroupedModule report(const Candidate& c, const FoundModule& m, const CompiledRul
     et.dtype = f.stacked ? f.stacked->second.dtype() : f.parts[0].begin()->second->second.dtype();
     et.transposed = r.tensors[t].transposed;
     et.interleave = r.tensors[t].interleave;
+    et.folded = r.tensors[t].folded;
     g.mixed = g.mixed || et.layout != g.layout;
     if (t == 0) {
       g.dtype = et.dtype;
@@ -227,9 +228,17 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
         !dict.contains(set.stacked_needs->format(c.canonical))) {
       continue;
     }
+    // A set that folds its experts into dim 0 counts them by another entry (DBRX's router).
+    std::optional<int64_t> folded_experts;
+    if (set.experts_from) {
+      const Tensor* counter = dict.find(set.experts_from->format(c.canonical));
+      const auto dim = static_cast<size_t>(set.rules.experts_from_dim);
+      if (counter != nullptr && dim < counter->rank()) folded_experts = counter->dim(dim);
+      if (!folded_experts && !explicit_rules && !any_per_expert) continue;  // no such module
+    }
     out.matched[c.set] = true;
     std::optional<Error> problem;
-    std::optional<FoundModule> m = check_candidate(c, c.set, set, problem);
+    std::optional<FoundModule> m = check_candidate(c, c.set, set, folded_experts, problem);
     if (!m) {
       problems.emplace_back(c.first_entry, *problem);
       continue;

@@ -346,6 +346,56 @@ TEST(ModelFamilies, MinimaxM2WritesMixtralNames) {
   EXPECT_FALSE(out.count("model.layers.0.mlp.experts.0.gate_proj.weight"));
 }
 
+// DBRX folds its experts into dim 0 (w1, v1 [N * I, H]; w2 [N * I, H], each expert's down
+// projection transposed); the router beside them tells N.
+TEST(ModelFamilies, DbrxFoldedExpertsCountedByTheirRouter) {
+  const int64_t n = 3, inter = 2, hidden = 4;
+  StateDict sd;
+  const std::string p = "transformer.blocks.0.ffn.";
+  sd.insert(p + "experts.mlp.w1", pattern_tensor({n * inter, hidden}, DType::F32, 1));
+  sd.insert(p + "experts.mlp.v1", pattern_tensor({n * inter, hidden}, DType::F32, 2));
+  sd.insert(p + "experts.mlp.w2", pattern_tensor({n * inter, hidden}, DType::F32, 3));
+  sd.insert(p + "router.layer.weight", pattern_tensor({n, hidden}, DType::F32, 4));
+  PlanOptions o;
+  o.model_type = "dbrx";
+  const GroupedScan scan = layout::scan(sd, o);
+  ASSERT_TRUE(scan.problems.empty()) << scan.problems[0].what();
+  ASSERT_EQ(scan.modules.size(), 1u);
+  EXPECT_EQ(scan.modules[0].prefix, p);
+  EXPECT_EQ(scan.modules[0].num_experts, n);
+  EXPECT_TRUE(scan.modules[0].tensors[2].folded && scan.modules[0].tensors[2].transposed);
+  EXPECT_EQ(scan.modules[0].tensors[2].expert_shape, (Shape{hidden, inter}));
+
+  PlanOptions te = o;
+  te.rules = {builtin_rules("te")};
+  const auto out = by_name(plan_conversion(sd, ExpertLayout::PerExpert, te));
+  const Tensor& down1 = out.at(p + "experts.mlp.w2.weight1");
+  ASSERT_EQ(down1.shape(), (Shape{hidden, inter}));
+  const float* w2 = reinterpret_cast<const float*>(sd.at(p + "experts.mlp.w2").data());
+  const float* d = reinterpret_cast<const float*>(down1.data());
+  for (int64_t h = 0; h < hidden; ++h) {
+    for (int64_t i = 0; i < inter; ++i) EXPECT_EQ(d[h * inter + i], w2[(inter + i) * hidden + h]);
+  }
+  EXPECT_TRUE(
+      same_bytes(out.at(p + "experts.mlp.w1.weight2"), sd.at(p + "experts.mlp.w1").rows(4, 2)));
+  StateDict te_dict;
+  for (const auto& [name, t] : out) te_dict.insert(name, t);
+  const auto back = by_name(plan_conversion(te_dict, ExpertLayout::Single, o));
+  for (const auto& [name, t] : sd) EXPECT_TRUE(same_bytes(back.at(name), t)) << name;
+
+  // Without its router the count is unknown: no module (ordinary entries), or, named, a problem.
+  StateDict alone = sd;
+  ASSERT_TRUE(alone.erase(p + "router.layer.weight"));
+  EXPECT_TRUE(layout::scan(alone, o).modules.empty());
+  PlanOptions named;
+  named.rules = {builtin_rules("dbrx")};
+  EXPECT_EQ(layout::scan(alone, named).problems.at(0).code(), ErrorCode::PartialExpertSet);
+  StateDict uneven = sd;
+  uneven.set(p + "router.layer.weight",
+             pattern_tensor({4, hidden}, DType::F32, 4));  // 6 rows, 4 experts
+  EXPECT_EQ(layout::scan(uneven, o).problems.at(0).code(), ErrorCode::ShapeMismatch);
+}
+
 // Every model type of the table with a structure builds a valid rule set named after it, whose
 // JSON form reads back equal; the families without one say why.
 TEST(ModelFamilies, TableIsWellFormed) {

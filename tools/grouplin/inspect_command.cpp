@@ -76,7 +76,8 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
                             {"dtype", std::string(dtype_name(t.dtype))},
                             {"keys", t.keys},
                             {"transposed", t.transposed},
-                            {"interleave", t.interleave}});
+                            {"interleave", t.interleave},
+                            {"folded", t.folded}});
     }
     modules.push_back(
         {{"prefix", m.prefix},
@@ -137,10 +138,14 @@ std::string family_note(const std::string& model_type) {
 std::string storage_note(const GroupedModule& m) {
   std::string note = m.stacked_only ? "stacked only" : "";
   for (const ExpertTensor& t : m.tensors) {
-    if (!t.transposed && t.interleave <= 1) continue;
+    if (!t.transposed && t.interleave <= 1 && !t.folded) continue;
     note += note.empty() ? "" : (note == "stacked only" ? "; " : ", ");
     note += escaped(t.name.substr(std::min(t.name.size(), m.prefix.size()))) + " stored";
-    if (t.transposed) note += " [N, in, out]";
+    if (t.folded) {
+      note += t.transposed ? " [N * in, out]" : " [N * out, in]";
+    } else if (t.transposed) {
+      note += " [N, in, out]";
+    }
     if (t.interleave > 1) {
       note += (t.transposed ? ", rows in " : " with rows in ") + std::to_string(t.interleave) +
               " interleaved groups";
