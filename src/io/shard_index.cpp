@@ -5,6 +5,7 @@
 #include <set>
 #include <vector>
 
+#include "core/parser_text.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 #include "io/checkpoint_dir.hpp"
@@ -49,7 +50,8 @@ Json parse_strict(std::string_view text, const std::string& context) {
   try {
     j = Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::exception& e) {
-    throw Error(ErrorCode::InvalidIndex, context + ": not JSON (" + e.what() + ")");
+    throw Error(ErrorCode::InvalidIndex,
+                context + ": not JSON (" + detail::parser_text(e.what()) + ")");
   }
   if (too_deep) {
     throw Error(ErrorCode::InvalidIndex,
@@ -67,8 +69,9 @@ std::optional<uint64_t> count_field(const Json& metadata, const char* field,
   if (!metadata.contains(field)) return std::nullopt;
   const Json& v = metadata[field];
   if (!v.is_number_unsigned()) {
-    throw Error(ErrorCode::InvalidIndex,
-                context + ": metadata." + field + " is " + v.dump() + "; expected an integer >= 0");
+    throw Error(ErrorCode::InvalidIndex, context + ": metadata." + field + " is " +
+                                             detail::parser_text(v.dump()) +
+                                             "; expected an integer >= 0");
   }
   return v.get<uint64_t>();
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/parser_text.hpp"
 #include "grouplin/error.hpp"
 #include "layout/key_pattern.hpp"
 
@@ -157,7 +158,7 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    invalid(source, std::string("not JSON: ") + e.what());
+    invalid(source, "not JSON: " + detail::parser_text(e.what()));
   }
   if (!j.is_object()) invalid(source, "the document is not an object");
   for (const auto& [k, v] : j.items()) {

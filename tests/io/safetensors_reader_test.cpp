@@ -14,6 +14,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
+#include "hostile_text.hpp"
 #include "io/error_code_groups.hpp"
 
 namespace grouplin {
@@ -108,6 +109,19 @@ TEST(SafetensorsReader, HeaderNotJson) {
   EXPECT_LOAD_ERROR(st_file("{} x"), InvalidHeader, "not valid JSON");
   EXPECT_LOAD_ERROR(st_file("{/*c*/}"), InvalidHeader, "not valid JSON");
   EXPECT_LOAD_ERROR(st_file("{\"\\ud800\":1}"), InvalidHeader, "not valid JSON");  // lone surrogate
+}
+
+// Regression: the header's syntax error quoted nlohmann's message as it was, whose "last read"
+// token carried DEL, C1 controls and direction overrides raw to the terminal.
+TEST(SafetensorsReader, ParserTextInMessagesIsEscaped) {
+  for (const test_text::HostileControl& c : test_text::kHostileControls) {
+    SCOPED_TRACE(c.escaped);
+    std::optional<Error> e = parse_error(st_file("{\"x" + c.raw + "\x01\":1}"));
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->code(), ErrorCode::InvalidHeader) << e->what();
+    EXPECT_NE(e->message().find("not valid JSON"), std::string::npos) << e->message();
+    test_text::expect_escaped(e->message(), c);
+  }
 }
 
 // Regression: nlohmann's lexer takes a NUL byte for the end of the input and skips a leading

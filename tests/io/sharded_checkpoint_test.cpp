@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "grouplin/grouplin.hpp"
+#include "hostile_text.hpp"
 #include "io/error_code_groups.hpp"
 #include "io/moe_checkpoint.hpp"
 #include "io/same_dict.hpp"
@@ -130,6 +131,32 @@ TEST(ShardNames, AreHuggingFacesNames) {
   EXPECT_EQ(shard_file_name(CheckpointFormat::Pt, 0, 1), "pytorch_model.bin");
   EXPECT_EQ(shard_index_file_name(CheckpointFormat::Safetensors), "model.safetensors.index.json");
   EXPECT_EQ(shard_index_file_name(CheckpointFormat::Pt), "pytorch_model.bin.index.json");
+}
+
+// Regression: nlohmann's parse errors repeat the index's last token with only C0 controls
+// spelled out, and an index whose "total_size" was a string printed it raw: a hostile index put
+// DEL, C1 controls or direction overrides into GroupLin's messages, and so onto the terminal.
+TEST(ShardIndex, ParserTextInMessagesIsEscaped) {
+  for (const test_text::HostileControl& c : test_text::kHostileControls) {
+    SCOPED_TRACE(c.escaped);
+    std::string message;
+    // A control character ends the string token after the hostile one.
+    const std::string broken = R"({"weight_map": {"a": "x)" + c.raw + "\x01\"}}";
+    EXPECT_EQ(error_of([&] { parse_shard_index(broken, "reading \"i.json\""); }, &message),
+              ErrorCode::InvalidIndex);
+    EXPECT_NE(message.find("not JSON"), std::string::npos) << message;
+    test_text::expect_escaped(message, c);
+    const std::string total =
+        R"({"metadata": {"total_size": "1)" + c.raw + R"("}, "weight_map": {}})";
+    EXPECT_EQ(error_of([&] { parse_shard_index(total, "reading \"i.json\""); }, &message),
+              ErrorCode::InvalidIndex);
+    test_text::expect_escaped(message, c);
+  }
+  // A long token is cut: the message does not grow with the file.
+  std::string message;
+  error_of([&] { parse_shard_index(R"({"a": ")" + std::string(100000, 'k') + "\x01", "i"); },
+           &message);
+  EXPECT_LT(message.size(), 400u) << message;
 }
 
 TEST(ByteSize, ParsesHuggingFacesUnits) {
