@@ -15,7 +15,9 @@
 #include "grouplin/safetensors.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 #include "io/atomic_directory.hpp"
+#include "io/checkpoint_dir.hpp"
 #include "io/checkpoint_source.hpp"
+#include "io/commit_calls.hpp"
 #include "io/pt_writer.hpp"
 #include "io/tensor_stream.hpp"
 #include "io/zip.hpp"
@@ -111,8 +113,9 @@ void write_pt_out(FileSink& sink, const detail::CheckpointSource& src,
 // returns its size.
 uint64_t write_file(const std::string& path, const detail::CheckpointSource& src,
                     std::span<const PlannedTensor> tensors, CheckpointFormat format,
-                    Progress& progress, CommitCalls& calls = CommitCalls::system()) {
-  std::unique_ptr<AtomicFile> file = AtomicFile::create(path, calls);
+                    Progress& progress,
+                    detail::CommitCalls& calls = detail::CommitCalls::system()) {
+  std::unique_ptr<AtomicFile> file = detail::create_atomic_file(path, calls);
   if (format == CheckpointFormat::Safetensors) {
     // A .pt file has no metadata; a safetensors one keeps the input's.
     write_safetensors_out(*file, src, tensors, src.metadata(), "saving " + quote(path), progress);
@@ -174,7 +177,8 @@ void write_directory(const std::string& out, const detail::CheckpointSource& src
     std::sort(index.weight_map.begin(), index.weight_map.end());
     const std::string text = shard_index_json(index);
     const std::string name = shard_index_file_name(format);
-    std::unique_ptr<AtomicFile> file = AtomicFile::create(dir->file(name), dir->deferred_flush());
+    std::unique_ptr<AtomicFile> file =
+        detail::create_atomic_file(dir->file(name), dir->deferred_flush());
     file->write(std::as_bytes(std::span(text.data(), text.size())));
     file->commit();
     report.file_bytes += text.size();

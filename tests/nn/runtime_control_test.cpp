@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/grouplin.hpp"
 #include "grouplin/runtime.hpp"
 #include "nn/load_test_util.hpp"
@@ -84,9 +85,9 @@ TEST_F(RuntimeControl, ATrainingLoopAllocatesNoTensorAfterItsFirstStep) {
       sgd_step(*gl, 0.01f);
     };
     step();  // allocates the gradients once
-    const uint64_t before = storage_stats().allocations;
+    const uint64_t before = detail::storage_stats().allocations;
     for (int i = 0; i < 3; ++i) step();
-    EXPECT_EQ(storage_stats().allocations, before);
+    EXPECT_EQ(detail::storage_stats().allocations, before);
   }
 }
 
@@ -139,13 +140,13 @@ TEST_F(RuntimeControl, FromBlobWrapsTheCallersMemoryWithoutACopy) {
   const Tensor x_own = testing::test_tensor({6, kIn}, 1);
   std::vector<float> x_buf(6 * kIn), y_buf(6 * kOut, -1.0f);
   std::memcpy(x_buf.data(), x_own.data(), x_own.nbytes());
-  const uint64_t copied = storage_stats().copied_bytes;
+  const uint64_t copied = detail::storage_stats().copied_bytes;
   const Tensor x = Tensor::from_blob(static_cast<const void*>(x_buf.data()), {6, kIn}, DType::F32);
   Tensor y = Tensor::from_blob(y_buf.data(), {6, kOut}, DType::F32);
   EXPECT_FALSE(x.writable());
   EXPECT_TRUE(y.writable());
   EXPECT_EQ(y.data(), reinterpret_cast<const std::byte*>(y_buf.data()));
-  EXPECT_EQ(storage_stats().copied_bytes, copied);
+  EXPECT_EQ(detail::storage_stats().copied_bytes, copied);
   gl->forward(x, splits, y);
   const Tensor want = gl->forward(x_own, splits);
   EXPECT_EQ(std::memcmp(y_buf.data(), want.data(), want.nbytes()), 0);
