@@ -88,10 +88,12 @@ std::string shard_file_name(CheckpointFormat format, size_t index, size_t count)
 // "model.safetensors.index.json" / "pytorch_model.bin.index.json".
 std::string shard_index_file_name(CheckpointFormat format);
 
-// Parses a size as Hugging Face writes it: an integer of bytes, or a number followed by B, KB, MB,
-// GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case-insensitive ("5GB",
-// "500MB", "40KB", "1.5GiB"). Throws Error(InvalidArgument) naming the text for anything else,
-// for zero and for sizes past 2^64.
+// Parses a size as Hugging Face writes it: an integer of bytes, or a number followed by a unit,
+// B, KB, MB, GB, TB (powers of 1000; the prefix in either case, the B upper-case: "5GB", "40kB")
+// or KiB, MiB, GiB, TiB (powers of 1024, in any case: "1.5GiB", "2gib"). Throws
+// Error(InvalidArgument) naming the text for anything else, for zero and for sizes past 2^64; a
+// decimal unit with a lower-case b ("5gb", "5Gb") is refused as ambiguous, since transformers
+// reads it as bits.
 uint64_t parse_byte_size(std::string_view text);
 
 }  // namespace grouplin

@@ -170,12 +170,25 @@ TEST(ByteSize, ParsesHuggingFacesUnits) {
   EXPECT_EQ(parse_byte_size("0.5MB"), 500'000u);
   EXPECT_EQ(parse_byte_size("123"), 123u);
   EXPECT_EQ(parse_byte_size("10B"), 10u);
-  for (const char* bad : {"", "GB", "5 GB", "5XB", "5GiBB", "0", "0KB", "-1", "5Gb", "5kb",
-                          "20000000000000000000", "17000000TiB", "1.2.3"}) {
+  // Regression: sharded_checkpoint.hpp promised case-insensitive units that the parser refused.
+  // Binary units are read in any case, as transformers reads them.
+  EXPECT_EQ(parse_byte_size("2gib"), 2u << 30);
+  EXPECT_EQ(parse_byte_size("2GIB"), 2u << 30);
+  EXPECT_EQ(parse_byte_size("3mIb"), 3u << 20);
+  EXPECT_EQ(parse_byte_size("1tib"), uint64_t{1} << 40);
+  EXPECT_EQ(parse_byte_size("5gB"), 5'000'000'000u);
+  for (const char* bad : {"", "GB", "5 GB", "5XB", "5GiBB", "0", "0KB", "-1", "5Gb", "5kb", "5gb",
+                          "5b", "5Gib5", "5GIBb", "20000000000000000000", "17000000TiB", "1.2.3"}) {
     SCOPED_TRACE(bad);
     std::string message;
     EXPECT_EQ(error_of([&] { parse_byte_size(bad); }, &message), ErrorCode::InvalidArgument);
     EXPECT_NE(message.find("the size \""), std::string::npos) << message;
+  }
+  // A decimal unit with a lower-case b is bits to transformers: refused as ambiguous.
+  for (const char* bits : {"5gb", "5Gb", "40kb", "2tb"}) {
+    std::string message;
+    EXPECT_EQ(error_of([&] { parse_byte_size(bits); }, &message), ErrorCode::InvalidArgument);
+    EXPECT_NE(message.find("is ambiguous"), std::string::npos) << message;
   }
 }
 
