@@ -42,6 +42,7 @@
 
 #include "grouplin/checkpoint.hpp"
 #include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/error.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 
 namespace grouplin {
@@ -91,6 +92,9 @@ struct ConvertReport {
   std::vector<std::string> copied_files;
   uint64_t copied_bytes = 0;
   std::vector<std::string> skipped_files;
+  // What IN gets wrong without stopping the conversion, as Checkpoint::warnings (an input index's
+  // total_size that is not its tensors' bytes; OUT's index is exact all the same).
+  std::vector<Problem> warnings;
 };
 
 // Converts the checkpoint at `in` (a file or a directory) into `out` (see above). Safetensors

@@ -18,22 +18,26 @@
 // A directory reads as one state dict whose tensors are in natural key order (runs of digits
 // compared as numbers: model.layers.2 before model.layers.10), whatever shard holds each, so that
 // what is written from it depends on the names alone. Shards are followed through symbolic links
-// (the Hugging Face cache links snapshots/<rev>/ into
-// ../../blobs/). Every other file (config.json, tokenizer files, ...) is not a weight and is
-// copied unchanged by convert_checkpoint; config.json's "model_type" names the model family when
-// layout rules need it (layout_rules.hpp). What a directory can get wrong, each a named error
-// naming the directory and the file, shard or tensor:
-//   the index is not JSON, not an object, has no "weight_map" object of strings, or "metadata"
-//   is not an object or its "total_size" not an integer >= 0 ........................ InvalidIndex
-//   a key twice in the index's JSON, or a tensor in two shards ...................... DuplicateName
-//   a shard name that is empty, absolute, or has a "." or ".." component ............ UnsafePath
-//   the index names a shard that does not exist ..................................... ShardMissing
-//   the index names a tensor that its shard does not hold ........................ TensorNotInShard
-//   a shard holds a tensor the index does not name ................................
-//   TensorNotInIndex "total_size" is not the sum of the tensors' bytes ...........................
-//   TotalSizeMismatch no index and no *.safetensors file, or shards of both formats
-//   ................. UnknownFormat
-// plus each shard's own reader errors (safetensors.hpp, pt_file.hpp), naming the shard.
+// (the Hugging Face cache links snapshots/<rev>/ into ../../blobs/). Every other file
+// (config.json, tokenizer files, ...) is not a weight and is copied unchanged by
+// convert_checkpoint; config.json's "model_type" names the model family when layout rules need it
+// (layout_rules.hpp). What a directory can get wrong, each a named error naming the directory and
+// the file, shard or tensor:
+//
+//   the index is not JSON, not an object, has no "weight_map" object of    InvalidIndex
+//     strings, or "metadata" is not an object or its "total_size" not an
+//     integer >= 0
+//   a key twice in the index's JSON, or a tensor in two shards              DuplicateName
+//   a shard name that is empty, absolute, or has a "." or ".." component    UnsafePath
+//   the index names a shard that does not exist                             ShardMissing
+//   the index names a tensor that its shard does not hold                   TensorNotInShard
+//   a shard holds a tensor the index does not name                          TensorNotInIndex
+//   no index and no *.safetensors file, or shards of both formats           UnknownFormat
+//
+// plus each shard's own reader errors (safetensors.hpp, pt_file.hpp), naming the shard. A
+// "total_size" that is not the sum of the tensors' bytes is only a warning (TotalSizeMismatch in
+// Checkpoint::warnings, CheckpointSummary::warnings, ConvertReport::warnings and
+// CompareReport::warnings): transformers never reads the field, and every reader goes on.
 //
 // The functions below share no state; they may run on several threads at once.
 #pragma once

@@ -284,6 +284,7 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   report.modules = plan.modules;
   report.input_tensors = src->tensors().size();
   report.output_tensors = plan.tensors.size();
+  report.warnings = src->warnings();
   for (const PlannedTensor& t : plan.tensors) report.data_bytes += t.nbytes();
 
   Progress progress(options, report.data_bytes);

@@ -21,6 +21,7 @@ CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<
     s.skipped_files = dir->skipped;
     s.model_type = dir->model_type;
   }
+  s.warnings = src->warnings();
   s.scan = scan_grouped_modules(
       s.tensors, rules.empty()
                      ? detect_rules(s.tensors, model_type.empty() ? s.model_type : model_type)

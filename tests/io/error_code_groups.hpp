@@ -13,7 +13,8 @@ namespace grouplin::test_io {
 inline bool raised_outside_file_parsing(ErrorCode code);
 
 // A checkpoint directory's index and its agreement with the shards
-// (tests/io/sharded_checkpoint_test.cpp walks them): never a single file's reader.
+// (tests/io/sharded_checkpoint_test.cpp walks them; TotalSizeMismatch is only ever a warning,
+// tested there too): never a single file's reader.
 inline bool raised_only_by_checkpoint_directories(ErrorCode code) {
   switch (code) {
     case ErrorCode::InvalidIndex:

@@ -307,15 +307,6 @@ std::vector<BrokenDir> broken_dirs() {
          edit_index(d, "\"model.embed_tokens.weight\": \"model-00001-of-00003.safetensors\",", "");
        },
        ErrorCode::TensorNotInIndex},
-      {"total_size disagrees",
-       [sd](const fs::path& d) {
-         write_sharded(d, sd);
-         std::string text = index_text(d);
-         const size_t at = text.find("\"total_size\": ") + 14;
-         text.insert(at, "1");
-         write_text(d / "model.safetensors.index.json", text);
-       },
-       ErrorCode::TotalSizeMismatch},
       {"a shard name that climbs out",
        [sd](const fs::path& d) {
          write_sharded(d, sd);
@@ -378,11 +369,47 @@ TEST_F(ShardedDirTest, EveryBrokenDirectoryIsRefusedByEveryReaderAndWritesNothin
   }
 }
 
+// Regression: an index whose total_size was not its tensors' bytes was refused by every reader
+// (TotalSizeMismatch), though transformers never reads the field. It is a warning now: every
+// reader goes on and reports it, with both numbers, and convert writes an exact index.
+TEST_F(ShardedDirTest, AWrongTotalSizeIsAWarningNotARefusal) {
+  const StateDict sd = hf_state_dict({}, false);
+  write_sharded(in(), sd);
+  const ShardIndex exact = parse_shard_index(index_text(in()), "index");
+  const std::string real = std::to_string(*exact.total_size);
+  const std::string claimed = "1" + real;
+  edit_index(in(), "\"total_size\": " + real, "\"total_size\": " + claimed);
+  auto expect_warning = [&](const std::vector<Problem>& warnings) {
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_EQ(warnings[0].code, ErrorCode::TotalSizeMismatch);
+    EXPECT_EQ(warnings[0].key, "model.safetensors.index.json");
+    EXPECT_NE(warnings[0].message.find("gives total_size " + claimed +
+                                       ", but the tensors of its shards hold " + real + " bytes"),
+              std::string::npos)
+        << warnings[0].message;
+  };
+  const Checkpoint c = load_checkpoint(in().string());
+  expect_same_dict(c.tensors, sd);
+  expect_warning(c.warnings);
+  expect_warning(inspect_checkpoint(in().string()).warnings);
+  const CompareReport same = compare_checkpoints(in().string(), in().string());
+  EXPECT_TRUE(same.same);
+  EXPECT_EQ(same.warnings.size(), 2u);  // A's, then B's
+  ConvertOptions o;
+  o.layout = ExpertLayout::PerExpert;
+  o.max_shard_size = 1000;
+  const ConvertReport r = convert_checkpoint(in().string(), path("out"), o);
+  expect_warning(r.warnings);
+  EXPECT_EQ(parse_shard_index(index_text(dir_ / "out"), "index").total_size, exact.total_size);
+  // A directory without the mistake has no warning.
+  EXPECT_TRUE(load_checkpoint(path("out")).warnings.empty());
+  EXPECT_TRUE(inspect_checkpoint(path("out")).warnings.empty());
+}
+
 TEST_F(ShardedDirTest, EveryDirectoryErrorCodeHasABrokenDirectory) {
   const std::vector<BrokenDir> cases = broken_dirs();
-  for (ErrorCode code :
-       {ErrorCode::InvalidIndex, ErrorCode::UnsafePath, ErrorCode::ShardMissing,
-        ErrorCode::TensorNotInShard, ErrorCode::TensorNotInIndex, ErrorCode::TotalSizeMismatch}) {
+  for (ErrorCode code : {ErrorCode::InvalidIndex, ErrorCode::UnsafePath, ErrorCode::ShardMissing,
+                         ErrorCode::TensorNotInShard, ErrorCode::TensorNotInIndex}) {
     EXPECT_TRUE(test_io::raised_only_by_checkpoint_directories(code)) << error_code_name(code);
     EXPECT_TRUE(std::any_of(cases.begin(), cases.end(), [&](const BrokenDir& b) {
       return b.code == code;

@@ -67,6 +67,7 @@ void run_convert(const ConvertConfig& c) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.finish();
+  print_warnings(r.warnings);
   if (c.quiet) return;
 
   size_t converted = 0;

@@ -13,6 +13,12 @@
 
 int grouplin::cli::g_exit_code = 0;
 
+void grouplin::cli::print_warnings(const std::vector<Problem>& warnings) {
+  for (const Problem& w : warnings) {
+    std::cerr << "grouplin: warning: " << error_code_name(w.code) << ": " << w.message << "\n";
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{
       "grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
