@@ -132,6 +132,41 @@ TEST_F(CliDirsTest, BrokenDirectoriesAndBadSizesExitTwoAndWriteNothing) {
   EXPECT_EQ(entries(), (std::vector<std::string>{"hf", "missing", "out"}));
 }
 
+// Regression: `grouplin convert DIR OUT --force` over an existing directory OUT deleted everything
+// in it, a thesis.tex and a folder of one's own included. It now refuses (exit 2), names them,
+// writes nothing and leaves them byte for byte; over a previous output of the same conversion it
+// still works.
+TEST_F(CliDirsTest, ForceKeepsWhatTheConversionDoesNotWrite) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  CliRun r = run({"convert", path("hf"), path("out"), "--layout", "single", "--max-shard-size",
+                  "1KB", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // A previous output (shards, index, config.json): replaced.
+  r = run({"convert", path("hf"), path("out"), "--layout", "per-expert", "--force", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "model.safetensors.index.json"));
+
+  const std::string thesis = "\\documentclass{book}\n% three years of work\n";
+  testing::write_text(dir_ / "out" / "thesis.tex", thesis);
+  fs::create_directories(dir_ / "out" / "data");
+  testing::write_text(dir_ / "out" / "data" / "results.csv", "1,2,3\n");
+  const std::string shard = test_files::read_all(dir_ / "out" / "model.safetensors");
+  r = run({"convert", path("hf"), path("out"), "--layout", "single", "--force"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("grouplin: OutputHoldsOtherFiles: converting \"" + path("hf") +
+                       "\": the output \"" + path("out") +
+                       "\" holds 2 entries that a conversion does not write: \"data/\", "
+                       "\"thesis.tex\"; --force replaces a directory only when"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(test_files::read_all(dir_ / "out" / "thesis.tex"), thesis);
+  EXPECT_EQ(test_files::read_all(dir_ / "out" / "data" / "results.csv"), "1,2,3\n");
+  EXPECT_EQ(test_files::read_all(dir_ / "out" / "model.safetensors"), shard);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"hf", "out"}));
+}
+
 // Regression: a directory whose index gave a total_size other than its tensors' bytes was refused
 // by every command (exit 2, TotalSizeMismatch), though transformers never reads the field. Every
 // command goes on now: inspect lists the warning (text and JSON), convert and verify say it on
