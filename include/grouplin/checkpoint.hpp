@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grouplin/error.hpp"
 #include "grouplin/state_dict.hpp"
 
 namespace grouplin {
@@ -45,6 +46,10 @@ struct Checkpoint {
   // LoadOptions take it) and the shard files read, relative to the directory.
   std::string model_type;
   std::vector<std::string> shards;
+  // For a directory: what it gets wrong without stopping the load, each with its code and the
+  // file it concerns: an index's total_size that is not its tensors' bytes (TotalSizeMismatch;
+  // transformers ignores the field too). Empty for a file.
+  std::vector<Problem> warnings;
 };
 
 // Loads a file (format detected by content, the extension ignored) with load_safetensors or

@@ -22,6 +22,7 @@
 
 #include "grouplin/checkpoint.hpp"
 #include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/error.hpp"
 
 namespace grouplin {
 
@@ -50,6 +51,9 @@ struct CompareReport {
   //   "model.experts.weight3": 12 of 4096 elements differ, first at [0, 5]: 0.25 vs 0.5
   //   "model.experts.bias1": only in A
   std::vector<std::string> differences;
+  // What A, then B, get wrong without stopping the comparison, as Checkpoint::warnings (a
+  // directory index's total_size that is not its tensors' bytes).
+  std::vector<Problem> warnings;
 };
 
 // Compares the checkpoints at `a` and `b` (files or directories; see above). Throws Error for a

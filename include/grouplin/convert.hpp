@@ -23,7 +23,8 @@
 // non-contiguous or misaligned ones, excepted). Nothing is left at OUT on failure.
 //
 // A directory OUT is built in a hidden temporary directory beside OUT and renamed into place
-// (exchanged with the old OUT under `overwrite`, which is then removed): shards in Hugging Face's
+// (exchanged with the old OUT under `overwrite`, which is then removed; see ConvertOptions::
+// overwrite for what an old OUT may hold): shards in Hugging Face's
 // naming (shard_file_name) of at most max_shard_size tensor bytes each (plan_shards), the index
 // (shard_index_json: exact total_size and weight_map; total_parameters when the input's index had
 // it) when there are several, and every other file of an input directory copied unchanged
@@ -42,6 +43,7 @@
 
 #include "grouplin/checkpoint.hpp"
 #include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/error.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 
 namespace grouplin {
@@ -66,7 +68,12 @@ struct ConvertOptions {
   // kDefaultMaxShardSize if IN is a directory and OUT's name has no checkpoint extension
   // (.safetensors, .pt, .pth, .bin), else one file.
   std::optional<uint64_t> max_shard_size;
-  // Replace an existing OUT (never IN, nor a folder holding one of IN's files).
+  // Replace an existing OUT (never IN, nor a folder holding one of IN's files). A directory OUT
+  // is replaced only when it holds nothing but what a conversion writes there: weight and index
+  // files directly in it (*.safetensors, *.pt, *.pth, pytorch_model*.bin, *.safetensors.index.json,
+  // *.bin.index.json: a previous output's shards, which go) and the files copied from an input
+  // directory, in their folders (config.json, tokenizer files, ...). Anything else (notes, a
+  // subfolder of one's own) is Error(OutputHoldsOtherFiles), and nothing is written or deleted.
   bool overwrite = false;
   // Called on the calling thread at the start, after every 16 MiB of tensor data written and at
   // the end, with the bytes of tensor data written so far and in all. May be empty; may throw
@@ -91,6 +98,9 @@ struct ConvertReport {
   std::vector<std::string> copied_files;
   uint64_t copied_bytes = 0;
   std::vector<std::string> skipped_files;
+  // What IN gets wrong without stopping the conversion, as Checkpoint::warnings (an input index's
+  // total_size that is not its tensors' bytes; OUT's index is exact all the same).
+  std::vector<Problem> warnings;
 };
 
 // Converts the checkpoint at `in` (a file or a directory) into `out` (see above). Safetensors
@@ -98,7 +108,10 @@ struct ConvertReport {
 // a directory is what all its shards agree on).
 // Throws, before OUT is created: Error(InvalidArgument) when OUT is IN or one of its files (by
 // device and inode), is inside an input directory, holds one of IN's files, exists without
-// options.overwrite, or max_shard_size is 0; the directory errors of sharded_checkpoint.hpp;
+// options.overwrite, or max_shard_size is 0; Error(OutputHoldsOtherFiles) naming the first five
+// entries (relative to OUT) and how many more when a directory OUT to be replaced holds more than
+// a conversion writes (checked again just before the replacement: OUT is then left as it was);
+// the directory errors of sharded_checkpoint.hpp;
 // Error(UnknownFormat) when no format is given and OUT's extension names none; the input's errors
 // (IoError, UnknownFormat, the readers' codes); the scan's errors (PartialExpertSet,
 // BothLayoutsPresent, ShapeMismatch, DTypeMismatch), all naming IN; for a .pt OUT, what load_pt

@@ -24,6 +24,10 @@ namespace grouplin {
 //   Interrupted  the caller stopped an operation before it finished (Ctrl-C, SIGTERM: the CLI
 //                throws it from convert's progress callback); nothing was left behind. The CLI
 //                exits with 128 + the signal number for it (130 for SIGINT), not 2.
+//   OutputHoldsOtherFiles  convert was asked to replace (overwrite) a directory that holds more
+//                than a checkpoint: files a conversion neither writes nor copies from its input.
+//   TotalSizeMismatch  never thrown: the code of a warning (Problem in Checkpoint::warnings) for
+//                a directory index whose total_size is not its tensors' bytes.
 #define GROUPLIN_ERROR_CODES(X) \
   /* Arguments and shapes. */   \
   X(InvalidArgument)            \
@@ -61,6 +65,7 @@ namespace grouplin {
   X(UnknownFormat)              \
   X(FileTooSmall)               \
   X(Truncated)                  \
+  X(OutputHoldsOtherFiles)      \
   /* Stopped by the caller. */  \
   X(Interrupted)                \
   /* Sharded directories. */    \

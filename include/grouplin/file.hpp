@@ -9,8 +9,9 @@
 //   out->commit();       // fsync, rename over the final name (the commit point), fsync the folder
 //   // destroyed without commit(): the temporary file is removed, the old file is untouched
 //
-// Writers take a FileSink& so that tests can inject faults (short writes, failures midway), and
-// AtomicFile takes CommitCalls& for faults in its last steps (fsync, close, rename).
+// Writers take a FileSink& so that tests can inject faults (short writes, failures midway); the
+// last steps of AtomicFile::commit (fsync, close, rename) go through an internal interface that
+// GroupLin's own tests replace the same way.
 #pragma once
 
 #include <cstddef>
@@ -57,30 +58,18 @@ class FileSink {
   virtual void commit() = 0;
 };
 
-// The system calls with which AtomicFile::commit finishes a file, behind one small interface so
-// that tests can make each step fail (tests/io/atomic_file_test.cpp). Each returns 0 or an errno
-// value. The base class makes the real calls; CommitCalls::system() is the instance
-// AtomicFile::create uses by default. Thread-safety: the base class holds no state.
-class CommitCalls {
- public:
-  virtual ~CommitCalls() = default;
-  virtual int flush(int fd);  // fsync(fd)
-  virtual int close(int fd);  // close(fd)
-  virtual int rename(const std::string& from, const std::string& to);
-  // Makes a rename in `folder` durable: opens the folder, fsyncs and closes it. EINVAL from fsync
-  // (file systems that cannot flush a folder) counts as success. Runs after the commit point,
-  // hence noexcept.
-  virtual int flush_folder(const std::string& folder) noexcept;
-
-  static CommitCalls& system();
-};
+class AtomicFile;
+namespace detail {
+class CommitCalls;  // the commit steps, replaceable (internal: src/io/commit_calls.hpp)
+std::unique_ptr<AtomicFile> create_atomic_file(const std::string& path, CommitCalls& calls);
+}  // namespace detail
 
 // Writes to a temporary file beside `path`; commit() fsyncs and renames it over `path`.
 class AtomicFile : public FileSink {
  public:
-  // Throws Error(IoError) if the temporary file cannot be created. `calls` must outlive the file.
-  static std::unique_ptr<AtomicFile> create(const std::string& path,
-                                            CommitCalls& calls = CommitCalls::system());
+  // Creates the temporary file (0666 less the umask, or the mode of the file it will replace).
+  // Throws Error(IoError) naming `path` if it cannot be created.
+  static std::unique_ptr<AtomicFile> create(const std::string& path);
   ~AtomicFile() override;  // removes the temporary file unless committed
 
   void write(std::span<const std::byte> bytes) override;
@@ -100,11 +89,13 @@ class AtomicFile : public FileSink {
   const std::string& temp_path() const { return temp_path_; }
 
  private:
-  AtomicFile(std::string path, std::string temp_path, int fd, CommitCalls& calls);
+  friend std::unique_ptr<AtomicFile> detail::create_atomic_file(const std::string& path,
+                                                                detail::CommitCalls& calls);
+  AtomicFile(std::string path, std::string temp_path, int fd, detail::CommitCalls& calls);
   std::string path_;
   std::string temp_path_;
   int fd_;
-  CommitCalls& calls_;
+  detail::CommitCalls& calls_;
   uint64_t position_ = 0;
   bool committed_ = false;
   int folder_flush_errno_ = 0;  // set by commit() after the rename: no allocation there

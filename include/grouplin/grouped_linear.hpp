@@ -63,7 +63,8 @@ class GroupedLinear : public Module {
   // y [T, out] for x [T, in] whose first m_splits[0] rows go to expert 0, the next m_splits[1]
   // to expert 1, and so on. Keeps x and m_splits for backward.
   // Throws Error(SplitCountMismatch | NegativeSplit | SplitSumMismatch | ShapeMismatch |
-  // DTypeMismatch); a failed call changes nothing.
+  // DTypeMismatch), and Error(InvalidEnvironment) for a bad GROUPLIN_ISA or GROUPLIN_NUM_THREADS
+  // (runtime.hpp); a failed call changes nothing.
   Tensor forward(const Tensor& x, std::span<const int64_t> m_splits);
   // forward into `y`, the caller's [T, out] tensor of the params dtype (writable, sharing no
   // bytes with x): no tensor is allocated, so a training loop can reuse its buffers. Throws as

@@ -14,6 +14,7 @@
 
 #include "grouplin/checkpoint.hpp"
 #include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/error.hpp"
 #include "grouplin/state_dict.hpp"
 
 namespace grouplin {
@@ -36,6 +37,9 @@ struct CheckpointSummary {
   std::vector<std::string> other_files;
   std::vector<std::string> skipped_files;
   std::string model_type;
+  // What the checkpoint gets wrong without stopping a reader, as Checkpoint::warnings (a
+  // directory index's total_size that is not its tensors' bytes: TotalSizeMismatch).
+  std::vector<Problem> warnings;
 };
 
 // Shares no state: any number of calls may run at once.

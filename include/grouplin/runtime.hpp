@@ -2,7 +2,7 @@
 //
 //   grouplin::set_num_threads(8);         // or GROUPLIN_NUM_THREADS=8 in the environment
 //   int n = grouplin::num_threads();      // 8
-//   std::string isa = grouplin::kernel_isa();  // "avx2"; GROUPLIN_ISA=portable caps it
+//   std::string isa = grouplin::kernel_isa();  // e.g. "avx2"; GROUPLIN_ISA=portable caps it
 //
 // The number of threads never changes results: every output element is computed by one thread
 // in a fixed order, so 1, 2 or 64 threads give the same bits.
@@ -22,11 +22,15 @@ int num_threads();
 // Thread-safe; a call in progress keeps the count it started with.
 void set_num_threads(int n);
 
-// The instruction set the kernels run on: "portable" or "avx2" today. It is the most capable set
-// GroupLin implements that the CPU and OS offer and that the environment variable GROUPLIN_ISA
-// (portable, avx2, avx512, avx512bf16, amx) allows; decided once per process. AVX-512 and AMX
-// are detected (cpu_features) but have no kernels yet. Throws Error(InvalidEnvironment) for any
-// other GROUPLIN_ISA.
+// The instruction set the kernels run on: "portable", "avx2", "avx512", "avx512bf16" or "amx",
+// the most capable set (in that order, each implying the ones before) that the CPU and the OS
+// offer and that the environment variable GROUPLIN_ISA, one of those names, allows
+// (GROUPLIN_ISA=avx2 runs the avx2 kernels on an AMX machine); "portable" in builds for other
+// architectures than x86-64. Decided once per process, at the first call of this function or of a
+// kernel (GroupedLinear::forward, backward). Throws Error(InvalidEnvironment) naming the variable,
+// its value and the five accepted names when GROUPLIN_ISA is anything else: that first call and
+// every later one throw it, and the variable is not read again. Call it at startup to report a bad
+// value before any work (the grouplin command does).
 std::string kernel_isa();
 
 // What the CPU and OS offer, for reports: "avx2 fma avx512f avx512_bf16 amx_bf16" (the AMX tile

@@ -18,22 +18,26 @@
 // A directory reads as one state dict whose tensors are in natural key order (runs of digits
 // compared as numbers: model.layers.2 before model.layers.10), whatever shard holds each, so that
 // what is written from it depends on the names alone. Shards are followed through symbolic links
-// (the Hugging Face cache links snapshots/<rev>/ into
-// ../../blobs/). Every other file (config.json, tokenizer files, ...) is not a weight and is
-// copied unchanged by convert_checkpoint; config.json's "model_type" names the model family when
-// layout rules need it (layout_rules.hpp). What a directory can get wrong, each a named error
-// naming the directory and the file, shard or tensor:
-//   the index is not JSON, not an object, has no "weight_map" object of strings, or "metadata"
-//   is not an object or its "total_size" not an integer >= 0 ........................ InvalidIndex
-//   a key twice in the index's JSON, or a tensor in two shards ...................... DuplicateName
-//   a shard name that is empty, absolute, or has a "." or ".." component ............ UnsafePath
-//   the index names a shard that does not exist ..................................... ShardMissing
-//   the index names a tensor that its shard does not hold ........................ TensorNotInShard
-//   a shard holds a tensor the index does not name ................................
-//   TensorNotInIndex "total_size" is not the sum of the tensors' bytes ...........................
-//   TotalSizeMismatch no index and no *.safetensors file, or shards of both formats
-//   ................. UnknownFormat
-// plus each shard's own reader errors (safetensors.hpp, pt_file.hpp), naming the shard.
+// (the Hugging Face cache links snapshots/<rev>/ into ../../blobs/). Every other file
+// (config.json, tokenizer files, ...) is not a weight and is copied unchanged by
+// convert_checkpoint; config.json's "model_type" names the model family when layout rules need it
+// (layout_rules.hpp). What a directory can get wrong, each a named error naming the directory and
+// the file, shard or tensor:
+//
+//   the index is not JSON, not an object, has no "weight_map" object of    InvalidIndex
+//     strings, or "metadata" is not an object or its "total_size" not an
+//     integer >= 0
+//   a key twice in the index's JSON, or a tensor in two shards              DuplicateName
+//   a shard name that is empty, absolute, or has a "." or ".." component    UnsafePath
+//   the index names a shard that does not exist                             ShardMissing
+//   the index names a tensor that its shard does not hold                   TensorNotInShard
+//   a shard holds a tensor the index does not name                          TensorNotInIndex
+//   no index and no *.safetensors file, or shards of both formats           UnknownFormat
+//
+// plus each shard's own reader errors (safetensors.hpp, pt_file.hpp), naming the shard. A
+// "total_size" that is not the sum of the tensors' bytes is only a warning (TotalSizeMismatch in
+// Checkpoint::warnings, CheckpointSummary::warnings, ConvertReport::warnings and
+// CompareReport::warnings): transformers never reads the field, and every reader goes on.
 //
 // The functions below share no state; they may run on several threads at once.
 #pragma once
@@ -88,10 +92,12 @@ std::string shard_file_name(CheckpointFormat format, size_t index, size_t count)
 // "model.safetensors.index.json" / "pytorch_model.bin.index.json".
 std::string shard_index_file_name(CheckpointFormat format);
 
-// Parses a size as Hugging Face writes it: an integer of bytes, or a number followed by B, KB, MB,
-// GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case-insensitive ("5GB",
-// "500MB", "40KB", "1.5GiB"). Throws Error(InvalidArgument) naming the text for anything else,
-// for zero and for sizes past 2^64.
+// Parses a size as Hugging Face writes it: an integer of bytes, or a number followed by a unit,
+// B, KB, MB, GB, TB (powers of 1000; the prefix in either case, the B upper-case: "5GB", "40kB")
+// or KiB, MiB, GiB, TiB (powers of 1024, in any case: "1.5GiB", "2gib"). Throws
+// Error(InvalidArgument) naming the text for anything else, for zero and for sizes past 2^64; a
+// decimal unit with a lower-case b ("5gb", "5Gb") is refused as ambiguous, since transformers
+// reads it as bits.
 uint64_t parse_byte_size(std::string_view text);
 
 }  // namespace grouplin

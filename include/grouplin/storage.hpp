@@ -51,16 +51,4 @@ class Storage {
   std::shared_ptr<const void> owner_;
 };
 
-// Process-wide counters, for tests that prove a path allocates or copies nothing extra.
-struct StorageStats {
-  uint64_t allocations = 0;      // Storage::allocate calls
-  uint64_t allocated_bytes = 0;  // bytes requested by those calls
-  uint64_t copied_bytes = 0;     // bytes moved by Tensor::copy_from (including conversions)
-};
-StorageStats storage_stats();
-
-namespace detail {
-void count_copied_bytes(uint64_t n);
-}  // namespace detail
-
 }  // namespace grouplin

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/parser_text.hpp"
 #include "core/utf8.hpp"
 
 namespace grouplin {
@@ -74,6 +75,18 @@ void escape_into(std::string& out, std::string_view text, bool escape_quote) {
   }
 }
 
+// Bytes of `text` kept when cutting it after at most `max` bytes on a character boundary, so
+// that a multi-byte character is not shown as \xNN bytes (bytes that are no UTF-8 count as one).
+size_t cut_on_character(std::string_view text, size_t max) {
+  if (text.size() <= max) return text.size();
+  size_t cut = 0;
+  while (true) {
+    const size_t len = std::max<size_t>(utf8::char_length(text, cut), 1);
+    if (cut + len > max) return cut;
+    cut += len;
+  }
+}
+
 }  // namespace
 
 std::string escaped(std::string_view text) {
@@ -85,16 +98,7 @@ std::string escaped(std::string_view text) {
 
 std::string quote(std::string_view name) {
   constexpr size_t kMaxShown = 512;
-  // Cut on a character boundary so that a multi-byte character is not shown as \xNN bytes.
-  size_t cut = name.size();
-  if (cut > kMaxShown) {
-    cut = 0;
-    while (true) {
-      const size_t len = std::max<size_t>(utf8::char_length(name, cut), 1);
-      if (cut + len > kMaxShown) break;
-      cut += len;
-    }
-  }
+  const size_t cut = cut_on_character(name, kMaxShown);
   std::string out;  // built by appends: GCC 12 warns (-Wrestrict) falsely on "\"" + std::string
   out.reserve(cut + 2);
   out += '"';
@@ -104,4 +108,16 @@ std::string quote(std::string_view name) {
   return out;
 }
 
+namespace detail {
+
+std::string parser_text(std::string_view what) {
+  const size_t cut = cut_on_character(what, kMaxParserText);
+  std::string out;
+  out.reserve(cut + 3);
+  escape_into(out, what.substr(0, cut), false);
+  if (cut < what.size()) out += "...";
+  return out;
+}
+
+}  // namespace detail
 }  // namespace grouplin

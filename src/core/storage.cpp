@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 
 namespace grouplin {
@@ -75,6 +76,8 @@ std::byte* Storage::mutable_data() {
   return data_;
 }
 
+namespace detail {
+
 StorageStats storage_stats() {
   StorageStats s;
   s.allocations = g_allocations.load(std::memory_order_relaxed);
@@ -83,8 +86,8 @@ StorageStats storage_stats() {
   return s;
 }
 
-namespace detail {
 void count_copied_bytes(uint64_t n) { g_copied_bytes.fetch_add(n, std::memory_order_relaxed); }
+
 }  // namespace detail
 
 }  // namespace grouplin

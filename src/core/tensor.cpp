@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 
 namespace grouplin {

@@ -14,6 +14,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
+#include "io/commit_calls.hpp"
 
 namespace grouplin::detail {
 namespace {

@@ -2,7 +2,8 @@
 // old directory or the whole new one, never a part (convert's sharded output).
 //
 //   auto dir = grouplin::detail::AtomicDirectory::create("out-model");  // .out-model.tmp.<pid>.<n>
-//   auto f = grouplin::AtomicFile::create(dir->file("model.safetensors"), dir->deferred_flush());
+//   auto f = grouplin::detail::create_atomic_file(dir->file("model.safetensors"),
+//                                                 dir->deferred_flush());
 //   f->write(bytes);
 //   f->commit();                     // in place in the temporary directory, write-back started
 //   dir->commit(/*replace=*/false);  // fsync every file and folder, rename it to "out-model"
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "grouplin/file.hpp"
+#include "io/commit_calls.hpp"
 
 namespace grouplin::detail {
 

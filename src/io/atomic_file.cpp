@@ -11,6 +11,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
+#include "io/commit_calls.hpp"
 
 namespace grouplin {
 namespace {
@@ -43,6 +44,8 @@ std::string random_suffix() {
 
 }  // namespace
 
+namespace detail {
+
 int CommitCalls::flush(int fd) { return ::fsync(fd) == 0 ? 0 : errno; }
 
 int CommitCalls::close(int fd) { return ::close(fd) == 0 ? 0 : errno; }
@@ -65,7 +68,7 @@ CommitCalls& CommitCalls::system() {
   return calls;
 }
 
-std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path, CommitCalls& calls) {
+std::unique_ptr<AtomicFile> create_atomic_file(const std::string& path, CommitCalls& calls) {
   // A file we replace keeps its permission bits; a new one gets 0666 minus the umask.
   struct stat old;
   bool replacing = ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode);
@@ -89,7 +92,13 @@ std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path, CommitCa
                                       std::to_string(kTempNameAttempts) + " attempts");
 }
 
-AtomicFile::AtomicFile(std::string path, std::string temp_path, int fd, CommitCalls& calls)
+}  // namespace detail
+
+std::unique_ptr<AtomicFile> AtomicFile::create(const std::string& path) {
+  return detail::create_atomic_file(path, detail::CommitCalls::system());
+}
+
+AtomicFile::AtomicFile(std::string path, std::string temp_path, int fd, detail::CommitCalls& calls)
     : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd), calls_(calls) {}
 
 AtomicFile::~AtomicFile() {

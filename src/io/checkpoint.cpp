@@ -78,6 +78,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     c.format = src->format();
     c.model_type = src->model_type();
     c.shards = src->directory()->shards;
+    c.warnings = src->warnings();
     return c;
   }
   c.format = detect_format(path);

@@ -157,7 +157,8 @@ CheckpointDir read_checkpoint_dir(const std::string& path) {
   return d;
 }
 
-void check_shard_contents(const CheckpointDir& dir, const std::vector<ShardTensors>& contents) {
+std::vector<Problem> check_shard_contents(const CheckpointDir& dir,
+                                          const std::vector<ShardTensors>& contents) {
   const std::string context = "reading the checkpoint directory " + quote(dir.path);
   std::unordered_map<std::string_view, size_t> shard_of;  // tensor -> its shard
   uint64_t total = 0;
@@ -173,7 +174,7 @@ void check_shard_contents(const CheckpointDir& dir, const std::vector<ShardTenso
       total += nbytes;
     }
   }
-  if (dir.index_file.empty()) return;
+  if (dir.index_file.empty()) return {};
 
   const std::string index = quote(dir.index_file);
   std::unordered_map<std::string_view, std::string_view> listed;  // tensor -> shard, per index
@@ -199,12 +200,17 @@ void check_shard_contents(const CheckpointDir& dir, const std::vector<ShardTenso
                                             : "; it is in " + quote(dir.shards[it->second])));
     }
   }
+  // Only a warning: transformers never reads the field (some uploads count file bytes, or a
+  // dtype's bytes before quantization), and a reader needs nothing from it.
+  std::vector<Problem> warnings;
   if (dir.index.total_size && *dir.index.total_size != total) {
-    throw Error(ErrorCode::TotalSizeMismatch, context + ": " + index + " gives total_size " +
-                                                  std::to_string(*dir.index.total_size) +
-                                                  ", but the tensors of its shards hold " +
-                                                  std::to_string(total) + " bytes");
+    warnings.push_back({ErrorCode::TotalSizeMismatch, dir.index_file,
+                        context + ": " + index + " gives total_size " +
+                            std::to_string(*dir.index.total_size) +
+                            ", but the tensors of its shards hold " + std::to_string(total) +
+                            " bytes; the field is ignored"});
   }
+  return warnings;
 }
 
 }  // namespace grouplin::detail

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "grouplin/error.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 
 namespace grouplin::detail {
@@ -59,8 +60,10 @@ using ShardTensors = std::vector<std::pair<std::string, uint64_t>>;
 // Checks the shards' contents (`contents[k]` for dir.shards[k]) against each other and the index:
 // Error(DuplicateName) for a tensor in two shards; with an index, Error(TensorNotInIndex) for a
 // tensor the index does not name, Error(TensorNotInShard) for a tensor the index puts in a shard
-// that does not hold it, Error(TotalSizeMismatch) for a total_size that is not the sum of the
-// tensors' bytes. Messages name the directory, the tensor and the shards.
-void check_shard_contents(const CheckpointDir& dir, const std::vector<ShardTensors>& contents);
+// that does not hold it. Messages name the directory, the tensor and the shards. Returns the
+// warnings: a total_size that is not the sum of the tensors' bytes (TotalSizeMismatch, keyed by
+// the index file), which transformers ignores and so does every reader here.
+std::vector<Problem> check_shard_contents(const CheckpointDir& dir,
+                                          const std::vector<ShardTensors>& contents);
 
 }  // namespace grouplin::detail

@@ -78,7 +78,7 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
   }
   // Checked before the shards' tensors join one dict, so that a tensor in two shards is
   // reported as such.
-  check_shard_contents(dir, contents);
+  src->warnings_ = check_shard_contents(dir, contents);
   // In natural key order, whatever shard holds what: the order a conversion writes then depends
   // on the names alone, so that converting GroupLin's output back and forth gives the same files.
   std::vector<const StateDict::Entry*> entries;

@@ -6,9 +6,9 @@
 //
 // Each file is validated by its format's one reader (parse_safetensors_layout, parse_pt) over a
 // read-only mapping of the same open file the descriptor refers to; a directory's index is then
-// checked against what the shards hold (check_shard_contents). Nothing but the headers (and what
-// the .pt reader must copy: non-contiguous or misaligned tensors) is read at open time. A
-// directory keeps one descriptor and one mapping per shard open.
+// checked against what the shards hold (check_shard_contents), whose warnings it keeps. Nothing but
+// the headers (and what the .pt reader must copy: non-contiguous or misaligned tensors) is read at
+// open time. A directory keeps one descriptor and one mapping per shard open.
 #pragma once
 
 #include <sys/types.h>
@@ -69,6 +69,9 @@ class CheckpointSource {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The directory's listing and index; nullptr for a single file.
   const CheckpointDir* directory() const { return dir_ ? &*dir_ : nullptr; }
+  // What the input gets wrong without stopping a reader (check_shard_contents' warnings); empty
+  // for a file.
+  const std::vector<Problem>& warnings() const { return warnings_; }
   // config.json's model_type for a directory; "" for a file.
   std::string model_type() const { return dir_ ? dir_->model_type : ""; }
   // The open files: one, or the directory's shards in dir->shards order.
@@ -109,6 +112,7 @@ class CheckpointSource {
   StateDict tensors_;
   std::map<std::string, std::string> metadata_;
   std::optional<CheckpointDir> dir_;
+  std::vector<Problem> warnings_;
   std::vector<File> files_;
 };
 

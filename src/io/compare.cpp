@@ -148,6 +148,8 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
   r.modules_b = b.plan.modules;
   r.shards_a = a.src->directory() ? a.src->files().size() : 0;
   r.shards_b = b.src->directory() ? b.src->files().size() : 0;
+  r.warnings = a.src->warnings();
+  r.warnings.insert(r.warnings.end(), b.src->warnings().begin(), b.src->warnings().end());
   auto differ = [&](const std::string& name, const std::string& what) {
     r.same = false;
     if (r.differing++ < options.max_listed) r.differences.push_back(quote(name) + ": " + what);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <vector>
 
 #include "grouplin/error.hpp"
@@ -15,7 +16,9 @@
 #include "grouplin/safetensors.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 #include "io/atomic_directory.hpp"
+#include "io/checkpoint_dir.hpp"
 #include "io/checkpoint_source.hpp"
+#include "io/commit_calls.hpp"
 #include "io/pt_writer.hpp"
 #include "io/tensor_stream.hpp"
 #include "io/zip.hpp"
@@ -111,8 +114,9 @@ void write_pt_out(FileSink& sink, const detail::CheckpointSource& src,
 // returns its size.
 uint64_t write_file(const std::string& path, const detail::CheckpointSource& src,
                     std::span<const PlannedTensor> tensors, CheckpointFormat format,
-                    Progress& progress, CommitCalls& calls = CommitCalls::system()) {
-  std::unique_ptr<AtomicFile> file = AtomicFile::create(path, calls);
+                    Progress& progress,
+                    detail::CommitCalls& calls = detail::CommitCalls::system()) {
+  std::unique_ptr<AtomicFile> file = detail::create_atomic_file(path, calls);
   if (format == CheckpointFormat::Safetensors) {
     // A .pt file has no metadata; a safetensors one keeps the input's.
     write_safetensors_out(*file, src, tensors, src.metadata(), "saving " + quote(path), progress);
@@ -139,11 +143,85 @@ uint64_t copy_plain_file(const std::string& from, const std::string& to) {
   return size;
 }
 
+// Entries of the directory `out` that a conversion neither writes nor copies, relative to it and
+// sorted ("notes/", "thesis.tex"): everything but weight and index files directly in `out`
+// (is_weight_file_name: a previous output's shards) and the files copied from the input
+// (`copied`) with the folders that lead to them. A folder that leads to none of those is one
+// entry, not entered: a home directory named as OUT costs one listing, not a walk of all of it.
+// Links are not followed (replacing one removes the link, not what it points to). Throws
+// Error(IoError) when a folder cannot be listed.
+std::vector<std::string> entries_not_replaced(const std::string& out,
+                                              const std::vector<std::string>& copied,
+                                              const std::string& context) {
+  namespace fs = std::filesystem;
+  std::set<std::string> files(copied.begin(), copied.end());
+  std::set<std::string> folders;
+  for (const std::string& f : copied) {
+    for (size_t slash = f.find('/'); slash != std::string::npos; slash = f.find('/', slash + 1)) {
+      folders.insert(f.substr(0, slash));
+    }
+  }
+  std::vector<std::string> other;
+  std::vector<std::string> pending = {""};  // folders to list, relative to `out`
+  while (!pending.empty()) {
+    const std::string rel = std::move(pending.back());
+    pending.pop_back();
+    std::error_code ec;
+    for (fs::directory_iterator it(fs::path(out) / rel, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const std::string path = rel.empty() ? name : rel + "/" + name;
+      const bool folder = it->symlink_status(ec).type() == fs::file_type::directory;
+      if (ec) break;
+      if (folder) {
+        if (folders.count(path)) {
+          pending.push_back(path);
+        } else {
+          other.push_back(path + "/");
+        }
+      } else if (!(rel.empty() && detail::is_weight_file_name(name)) && !files.count(path)) {
+        other.push_back(path);
+      }
+    }
+    if (ec) {
+      throw Error(
+          ErrorCode::IoError,
+          context + ": listing " + quote((fs::path(out) / rel).string()) + ": " + ec.message());
+    }
+  }
+  std::sort(other.begin(), other.end());
+  return other;
+}
+
+// Refuses to replace the directory `out` while it holds anything a conversion of `src` would not
+// write again: --force must never cost data that the conversion does not replace.
+void check_replaceable_directory(const std::string& in, const std::string& out,
+                                 const detail::CheckpointSource& src) {
+  const std::string context = "converting " + quote(in) + ": the output " + quote(out);
+  static const std::vector<std::string> kNone;
+  const std::vector<std::string> other =
+      entries_not_replaced(out, src.directory() ? src.directory()->other_files : kNone, context);
+  if (other.empty()) return;
+  constexpr size_t kShown = 5;
+  std::string names;
+  for (size_t i = 0; i < other.size() && i < kShown; ++i)
+    names += (i ? ", " : "") + quote(other[i]);
+  if (other.size() > kShown) names += " and " + std::to_string(other.size() - kShown) + " more";
+  throw Error(ErrorCode::OutputHoldsOtherFiles,
+              context + " holds " + std::to_string(other.size()) + " entr" +
+                  (other.size() == 1 ? "y" : "ies") +
+                  " that a conversion does not write: " + names +
+                  "; --force replaces a directory only when it holds nothing but shards, an "
+                  "index and files copied from the input; move them away or choose another "
+                  "output");
+}
+
 // Writes OUT as a directory: shards of the plan's tensors in Hugging Face's naming, the index
 // when there are several, and every other file of an input directory unchanged.
-void write_directory(const std::string& out, const detail::CheckpointSource& src,
-                     const ConversionPlan& plan, CheckpointFormat format, uint64_t max_shard_size,
-                     bool replace, Progress& progress, ConvertReport& report) {
+void write_directory(const std::string& in, const std::string& out,
+                     const detail::CheckpointSource& src, const ConversionPlan& plan,
+                     CheckpointFormat format, uint64_t max_shard_size, bool replace,
+                     Progress& progress, ConvertReport& report) {
   std::unique_ptr<detail::AtomicDirectory> dir = detail::AtomicDirectory::create(out);
   std::vector<uint64_t> sizes;
   sizes.reserve(plan.tensors.size());
@@ -174,7 +252,8 @@ void write_directory(const std::string& out, const detail::CheckpointSource& src
     std::sort(index.weight_map.begin(), index.weight_map.end());
     const std::string text = shard_index_json(index);
     const std::string name = shard_index_file_name(format);
-    std::unique_ptr<AtomicFile> file = AtomicFile::create(dir->file(name), dir->deferred_flush());
+    std::unique_ptr<AtomicFile> file =
+        detail::create_atomic_file(dir->file(name), dir->deferred_flush());
     file->write(std::as_bytes(std::span(text.data(), text.size())));
     file->commit();
     report.file_bytes += text.size();
@@ -187,6 +266,9 @@ void write_directory(const std::string& out, const detail::CheckpointSource& src
     }
     report.skipped_files = in_dir->skipped;
   }
+  // Checked before anything was written (check_output), and again now: a file put into OUT
+  // during a long conversion would otherwise go with the exchange.
+  if (replace && std::filesystem::is_directory(out)) check_replaceable_directory(in, out, src);
   dir->commit(replace);
 }
 
@@ -205,7 +287,8 @@ bool is_within(const std::filesystem::path& inner, const std::filesystem::path& 
 }
 
 // Refuses OUT when it is IN (or one of its files), lies inside an input directory, or holds
-// one of the input's files (replacing it would delete them), or exists and may not be replaced.
+// one of the input's files (replacing it would delete them), or exists and may not be replaced:
+// without `overwrite`, or a directory holding more than a conversion writes.
 void check_output(const std::string& in, const std::string& out,
                   const detail::CheckpointSource& src, bool directory_out, bool overwrite) {
   const std::string context = "converting " + quote(in) + ": the output " + quote(out);
@@ -238,6 +321,7 @@ void check_output(const std::string& in, const std::string& out,
     throw Error(ErrorCode::InvalidArgument,
                 context + " already exists; not replacing it unless asked to (--force)");
   }
+  if (directory_out && S_ISDIR(st.st_mode)) check_replaceable_directory(in, out, src);
 }
 
 }  // namespace
@@ -280,12 +364,14 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   report.modules = plan.modules;
   report.input_tensors = src->tensors().size();
   report.output_tensors = plan.tensors.size();
+  report.warnings = src->warnings();
   for (const PlannedTensor& t : plan.tensors) report.data_bytes += t.nbytes();
 
   Progress progress(options, report.data_bytes);
   if (directory_out) {
-    write_directory(out, *src, plan, *format, options.max_shard_size.value_or(kDefaultMaxShardSize),
-                    options.overwrite, progress, report);
+    write_directory(in, out, *src, plan, *format,
+                    options.max_shard_size.value_or(kDefaultMaxShardSize), options.overwrite,
+                    progress, report);
   } else {
     report.file_bytes = write_file(out, *src, plan.tensors, *format, progress);
     report.output_files.push_back(std::filesystem::path(out).filename().string());

@@ -22,6 +22,7 @@ CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<
     s.skipped_files = dir->skipped;
     s.model_type = dir->model_type;
   }
+  s.warnings = src->warnings();
   s.scan = layout::scan(s.tensors,
                         {rules, model_type.empty() ? s.model_type : std::string(model_type), {}});
   return s;

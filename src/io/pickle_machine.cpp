@@ -90,6 +90,7 @@ PickledStateDict Machine::run() {
     cursor_.at = pos_;
     if (pos_ >= p_.size()) cursor_.fail(ErrorCode::Truncated, "the pickle ends without STOP");
     cursor_.op = std::to_integer<uint8_t>(p_[pos_++]);
+    values_.spend(1, "opcodes");
     step();
   }
   return torch_.finish(result_);

@@ -50,6 +50,19 @@ struct PickleLimits {
   // `grouplin inspect` then stays under 64 MiB + 16 x the pickle's size in all (tested).
   size_t memory_base = size_t{16} << 20;
   size_t memory_per_byte = 16;
+  // Work the machine may do, in steps: an opcode, a value visited or copied, 8 bytes of a string
+  // checked, hashed or copied, beyond reading the pickle once: work_base + work_per_byte x the
+  // pickle's size. Memory alone did not bound time: a memoized rank-64 tensor rebuilt for 6
+  // bytes of pickle at a time, or listed under thousands of names, holds little but visits 130
+  // values per rebuild or name (136 KB of such pickle took 3.6 s and 8.1 s under
+  // AddressSanitizer in the .pt fuzzer). Measured, in steps per byte of pickle: torch.save's
+  // state dicts 0.67-0.99 (18k BF16 experts, 2.5 MB: 0.69; a 2000-layer module: 0.79), rank-8
+  // tensors 1.36; the amplifiers 0.2-1.5, but 10-11 for one tensor under many names and 44 for
+  // rebuilt rank-64 tensors. 8 per byte leaves real files 6x of room and refuses those two once
+  // they pass 1 Mi steps + 8x; a step costs about 20 ns in a release build (1 Mi steps: 20 ms).
+  // Past the budget: Error(PickleLimitExceeded), "work on ... past N steps".
+  size_t work_base = size_t{1} << 20;
+  size_t work_per_byte = 8;
 };
 // A storage named by a persistent id ('storage', torch.<Type>Storage, key, location, numel).
 struct StorageRef {

@@ -106,28 +106,34 @@ Ref TorchBuilder::global(std::string_view module, std::string_view name) {
   cursor_.fail(ErrorCode::ForbiddenGlobal, "forbidden global " + quote(full));
 }
 
-int64_t TorchBuilder::expect_int(Ref ref, const std::string& what) const {
+int64_t TorchBuilder::expect_int(Ref ref, std::string_view what, size_t index) const {
   const Value& o = values_.get(ref);
+  if (o.kind == Kind::Int && o.number >= 0) return o.number;
+  std::string name(what);
+  if (index != SIZE_MAX) {  // appends: GCC 12 warns (-Wrestrict) falsely on "[" + std::string
+    name += '[';
+    name += std::to_string(index);
+    name += ']';
+  }
   if (o.kind != Kind::Int)
-    cursor_.invalid(what + " is a " + kind_name(o.kind) + ", expected an int");
-  if (o.number < 0) cursor_.invalid(what + " is negative (" + std::to_string(o.number) + ")");
-  return o.number;
+    cursor_.invalid(name + " is a " + kind_name(o.kind) + ", expected an int");
+  cursor_.invalid(name + " is negative (" + std::to_string(o.number) + ")");
 }
 
-std::vector<int64_t> TorchBuilder::expect_int_tuple(Ref ref, const std::string& what) const {
+std::vector<int64_t> TorchBuilder::expect_int_tuple(Ref ref, std::string_view what) const {
   const Value& o = values_.get(ref);
   if (o.kind != Kind::Tuple) {
-    cursor_.invalid(what + " is a " + kind_name(o.kind) + ", expected a tuple");
+    cursor_.invalid(std::string(what) + " is a " + kind_name(o.kind) + ", expected a tuple");
   }
   std::span<const Ref> items = values_.items(ref);
   if (items.size() > limits_.max_rank) {
-    cursor_.over(what + " has " + std::to_string(items.size()) + " dimensions", limits_.max_rank);
+    cursor_.over(std::string(what) + " has " + std::to_string(items.size()) + " dimensions",
+                 limits_.max_rank);
   }
+  values_.spend(items.size(), "tensor sizes and strides");
   std::vector<int64_t> out;
   out.reserve(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    out.push_back(expect_int(items[i], what + "[" + std::to_string(i) + "]"));
-  }
+  for (size_t i = 0; i < items.size(); ++i) out.push_back(expect_int(items[i], what, i));
   return out;
 }
 
@@ -151,6 +157,8 @@ Ref TorchBuilder::persistent_id(Ref pid) {
   }
   const AllowedGlobal& storage_type = allowed(values_, type);
   const bool key_is_string = values_.get(key).kind == Kind::String;
+  // The key is checked, copied and hashed: a memoized persistent id costs that every time.
+  values_.spend(1 + (key_is_string ? values_.get(key).aux / 8 : 0), "storage keys");
   const std::string key_text(key_is_string ? values_.text(key) : std::string_view());
   bool key_ok = key_is_string && !key_text.empty() && key_text.size() <= 64;
   for (char c : key_text) {
@@ -194,52 +202,61 @@ Ref TorchBuilder::persistent_id(Ref pid) {
 }
 
 Ref TorchBuilder::rebuild_tensor(std::span<const Ref> args, bool v3) {
-  const std::string fn = v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2";
+  const std::string_view fn = v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2";
   const size_t base = v3 ? 7 : 6;
   if (args.size() != base && args.size() != base + 1) {
-    cursor_.invalid(fn + " called with " + std::to_string(args.size()) + " arguments, expected " +
-                    std::to_string(base) + " or " + std::to_string(base + 1));
+    cursor_.invalid(std::string(fn) + " called with " + std::to_string(args.size()) +
+                    " arguments, expected " + std::to_string(base) + " or " +
+                    std::to_string(base + 1));
   }
   const Value& st = values_.get(args[0]);
   if (st.kind != Kind::Storage)
-    cursor_.invalid(fn + ": storage argument is a " + kind_name(st.kind));
+    cursor_.invalid(std::string(fn) + ": storage argument is a " + kind_name(st.kind));
   const auto storage_index = static_cast<size_t>(st.number);
   const StorageRef& s = storages_[storage_index];
   TensorRef t;
   t.storage = storage_index;
   t.dtype = s.dtype;
-  t.storage_offset = expect_int(args[1], fn + ": storage_offset");
-  t.shape = expect_int_tuple(args[2], fn + ": size");
-  t.stride = expect_int_tuple(args[3], fn + ": stride");
+  t.storage_offset = expect_int(
+      args[1], v3 ? "_rebuild_tensor_v3: storage_offset" : "_rebuild_tensor_v2: storage_offset");
+  t.shape = expect_int_tuple(args[2], v3 ? "_rebuild_tensor_v3: size" : "_rebuild_tensor_v2: size");
+  t.stride =
+      expect_int_tuple(args[3], v3 ? "_rebuild_tensor_v3: stride" : "_rebuild_tensor_v2: stride");
   if (t.stride.size() != t.shape.size()) {
-    cursor_.invalid(fn + ": size " + shape_to_string(t.shape) + " and stride " +
+    cursor_.invalid(std::string(fn) + ": size " + shape_to_string(t.shape) + " and stride " +
                     shape_to_string(t.stride) + " differ in rank");
   }
   if (values_.get(args[4]).kind != Kind::Bool)
-    cursor_.invalid(fn + ": requires_grad is not a bool");
+    cursor_.invalid(std::string(fn) + ": requires_grad is not a bool");
   if (values_.get(args[5]).kind != Kind::Dict)
-    cursor_.invalid(fn + ": backward_hooks is not a dict");
+    cursor_.invalid(std::string(fn) + ": backward_hooks is not a dict");
   if (v3) {
     if (!is_global(values_, args[6], GlobalKind::DTypeTag)) {
-      cursor_.invalid(fn + ": dtype argument is a " + kind_name(values_.get(args[6]).kind));
+      cursor_.invalid(std::string(fn) + ": dtype argument is a " +
+                      kind_name(values_.get(args[6]).kind));
     }
     const AllowedGlobal& d = allowed(values_, args[6]);
     if (!s.untyped && s.dtype != d.dtype) {
-      cursor_.invalid(fn + ": dtype " + std::string(d.name) + " on a " + s.type);
+      cursor_.invalid(std::string(fn) + ": dtype " + std::string(d.name) + " on a " + s.type);
     }
     t.dtype = d.dtype;
   }
   if (args.size() == base + 1) {
     Kind k = values_.get(args[base]).kind;
-    if (k != Kind::None && k != Kind::Dict) cursor_.invalid(fn + ": metadata is a " + kind_name(k));
+    if (k != Kind::None && k != Kind::Dict)
+      cursor_.invalid(std::string(fn) + ": metadata is a " + kind_name(k));
   }
 
   // The elements must lie inside the storage: offset + sum((size_i - 1) * stride_i) < capacity.
   const auto esize = static_cast<int64_t>(dtype_size(t.dtype));
   const int64_t capacity = static_cast<int64_t>(s.nbytes()) / esize;
-  const std::string what = std::string(dtype_name(t.dtype)) + " tensor of size " +
-                           shape_to_string(t.shape) + ", stride " + shape_to_string(t.stride) +
-                           ", offset " + std::to_string(t.storage_offset);
+  // Described only for a message: formatting 128 numbers per rebuild was most of the time a
+  // memoized rank-64 tensor rebuilt again and again took.
+  auto what = [&t] {
+    return std::string(dtype_name(t.dtype)) + " tensor of size " + shape_to_string(t.shape) +
+           ", stride " + shape_to_string(t.stride) + ", offset " + std::to_string(t.storage_offset);
+  };
+  values_.spend(2 * t.shape.size(), "tensor bounds");  // the two loops below
   bool empty = false;
   int64_t last = t.storage_offset;
   for (size_t d = 0; d < t.shape.size(); ++d) {
@@ -247,18 +264,18 @@ Ref TorchBuilder::rebuild_tensor(std::span<const Ref> args, bool v3) {
     int64_t reach;
     if (t.shape[d] > 0 && (__builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &reach) ||
                            __builtin_add_overflow(last, reach, &last))) {
-      cursor_.fail(ErrorCode::SizeOverflow, what + " overflows 64-bit indexing");
+      cursor_.fail(ErrorCode::SizeOverflow, what() + " overflows 64-bit indexing");
     }
   }
   int64_t numel = 1;
   for (int64_t d : t.shape) {
     if (__builtin_mul_overflow(numel, d, &numel)) {
-      cursor_.fail(ErrorCode::SizeOverflow, what + " has more than 2^63 elements");
+      cursor_.fail(ErrorCode::SizeOverflow, what() + " has more than 2^63 elements");
     }
   }
   if (empty ? t.storage_offset > capacity : last >= capacity) {
     cursor_.fail(ErrorCode::StorageTooSmall,
-                 what + " reaches element " + std::to_string(empty ? t.storage_offset : last) +
+                 what() + " reaches element " + std::to_string(empty ? t.storage_offset : last) +
                      " of storage \"" + s.key + "\" (" + s.type + ") that holds " +
                      std::to_string(capacity) + " elements of " + std::string(dtype_name(t.dtype)));
   }
@@ -285,6 +302,7 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
     cursor_.invalid(std::string(g.name) + " called with " + std::to_string(a.size()) +
                     " arguments");
   }
+  values_.spend(a.size(), "call arguments");
   const std::vector<Ref> copy(a.begin(), a.end());  // items() may move as values are made
   switch (g.kind) {
     case GlobalKind::OrderedDict: {
@@ -357,6 +375,7 @@ PickledStateDict TorchBuilder::finish(Ref result) {
     }
     // One tensor may be listed under many names: each copy of it counts.
     const TensorRef& t = tensors_[static_cast<size_t>(v.number)];
+    values_.spend(1 + k.aux / 8 + 2 * t.shape.size(), "the state dict");
     values_.grow(out.tensors, "the state dict");
     values_.charge(k.aux + vector_bytes(t), "the state dict");
     out.tensors.emplace_back(std::string(values_.text(items[i])), t);

@@ -7,6 +7,7 @@
 //   PickledStateDict result = torch.finish(top_level_dict);
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,8 +42,12 @@ class TorchBuilder {
 
  private:
   Ref rebuild_tensor(std::span<const Ref> args, bool v3);
-  int64_t expect_int(Ref ref, const std::string& what) const;
-  std::vector<int64_t> expect_int_tuple(Ref ref, const std::string& what) const;
+  // The int >= 0 at `ref`; InvalidPickle naming `what` (and "[index]" when one is given)
+  // otherwise. The name is built only for the message: a rank-64 tuple rebuilt from the memo
+  // again and again must not cost 64 strings each time.
+  int64_t expect_int(Ref ref, std::string_view what, size_t index = SIZE_MAX) const;
+  // A tuple of ints >= 0, at most max_rank of them.
+  std::vector<int64_t> expect_int_tuple(Ref ref, std::string_view what) const;
 
   Values& values_;
   const Cursor& cursor_;

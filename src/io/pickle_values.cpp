@@ -2,6 +2,7 @@
 #include "io/pickle_values.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 
 namespace grouplin::pickle {
@@ -16,6 +17,13 @@ constexpr size_t kHashEntryBytes = 40;
 
 constexpr Ref kNoRef = UINT32_MAX;
 
+// base + per_byte x size, saturating: it cannot wrap on any pickle that fits in memory with the
+// default limits, but the limits are the caller's to set.
+size_t scaled_budget(size_t base, size_t per_byte, size_t size) {
+  if (per_byte != 0 && size > (SIZE_MAX - base) / per_byte) return SIZE_MAX;
+  return base + per_byte * size;
+}
+
 }  // namespace
 
 const char* kind_name(Kind k) { return kKindNames[static_cast<size_t>(k)]; }
@@ -25,13 +33,8 @@ Values::Values(std::span<const std::byte> pickle, const PickleLimits& limits, co
       limits_(limits),
       cursor_(cursor),
       dict_keys_(0, KeyHash{this}, KeyEqual{this}) {
-  // Saturating: memory_per_byte x size cannot wrap on any pickle that fits in memory, but the
-  // limits are the caller's to set.
-  const size_t per_byte = limits.memory_per_byte;
-  const size_t scaled = per_byte != 0 && pickle.size() > (SIZE_MAX - limits.memory_base) / per_byte
-                            ? SIZE_MAX
-                            : limits.memory_base + per_byte * pickle.size();
-  budget_ = scaled;
+  budget_ = scaled_budget(limits.memory_base, limits.memory_per_byte, pickle.size());
+  work_budget_ = scaled_budget(limits.work_base, limits.work_per_byte, pickle.size());
 }
 
 void Values::charge(size_t bytes, const char* what) {
@@ -42,6 +45,16 @@ void Values::charge(size_t bytes, const char* what) {
                  budget_);
   }
   used_ += bytes;
+}
+
+void Values::spend(size_t steps, const char* what) {
+  if (steps > work_budget_ - std::min(work_done_, work_budget_)) {
+    cursor_.over(std::string("work on ") + what + " past " + std::to_string(work_budget_) +
+                     " steps (work_base + work_per_byte x " + std::to_string(pickle_.size()) +
+                     " bytes of pickle)",
+                 work_budget_);
+  }
+  work_done_ += steps;
 }
 
 Ref Values::make(Kind kind) {
@@ -77,6 +90,7 @@ void Values::check_depth(uint32_t depth) const {
 }
 
 Ref Values::make_container(Kind kind, std::vector<Ref> items) {
+  spend(items.size(), "container items");
   uint32_t depth = 1;
   for (Ref r : items) depth = std::max<uint32_t>(depth, get(r).depth + 1u);
   check_depth(depth);
@@ -103,6 +117,7 @@ void Values::append(Ref list, std::span<const Ref> items) {
     cursor_.invalid(cursor_.op_name() + " on a " + kind_name(get(list).kind) +
                     "; only lists can be appended to");
   }
+  spend(items.size(), "container items");
   for (Ref r : items) add_child(list, r);
 }
 
@@ -130,6 +145,7 @@ void Values::set_items(Ref dict, std::span<const Ref> kv) {
                     "; only dicts take items");
   }
   if (kv.size() % 2 != 0) cursor_.invalid(cursor_.op_name() + " with an odd number of values");
+  spend(kv.size(), "dict items");
   for (size_t i = 0; i < kv.size(); i += 2) {
     const Value& k = get(kv[i]);
     if (k.kind != Kind::String && k.kind != Kind::Int && k.kind != Kind::Bool) {
@@ -138,6 +154,7 @@ void Values::set_items(Ref dict, std::span<const Ref> kv) {
     }
     charge(kHashEntryBytes, "dict keys");
     if (k.kind == Kind::String && key_hashes_.count(kv[i]) == 0) {
+      spend(k.aux / 8, "dict key hashes");
       charge(kHashEntryBytes, "dict key hashes");
       key_hashes_.emplace(kv[i], std::hash<std::string_view>()(text(kv[i])));
     }
@@ -184,6 +201,7 @@ std::vector<Ref> Values::pop_mark() {
   if (marks_.empty()) {
     cursor_.fail(ErrorCode::PickleStackError, cursor_.op_name() + " without a MARK");
   }
+  spend(stack_.size() - marks_.back(), "values above a MARK");
   std::vector<Ref> items(stack_.begin() + static_cast<std::ptrdiff_t>(marks_.back()), stack_.end());
   stack_.resize(marks_.back());
   marks_.pop_back();

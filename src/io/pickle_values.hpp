@@ -57,6 +57,10 @@ class Values {
   // Counts `bytes` more of memory held; PickleLimitExceeded once the total passes
   // limits.memory_base + limits.memory_per_byte x the pickle's size. `what` names the holder.
   void charge(size_t bytes, const char* what);
+  // Counts `steps` more of work (PickleLimits::work_base: an opcode, a value visited or copied, 8
+  // bytes of a string checked, hashed or copied); PickleLimitExceeded once the total passes
+  // limits.work_base + limits.work_per_byte x the pickle's size. `what` names the work.
+  void spend(size_t steps, const char* what);
   // Makes room for one more element in `v`, charging what growing it allocates: the budget
   // counts vector capacities, not sizes.
   template <typename T>
@@ -121,6 +125,8 @@ class Values {
   const Cursor& cursor_;
   size_t budget_;
   size_t used_ = 0;
+  size_t work_budget_;
+  size_t work_done_ = 0;
   std::vector<Value> values_;
   std::vector<std::vector<Ref>> lists_;
   std::vector<Ref> stack_;

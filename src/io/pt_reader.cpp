@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
 #include "io/pickle_machine.hpp"

@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/parser_text.hpp"
 #include "core/utf8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
@@ -190,16 +191,9 @@ class HeaderHandler {
 
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) {
-    // ex.what() quotes the last token, which can be a long string: cut it, on a character
-    // boundary (the header is valid UTF-8 by now).
-    std::string what = ex.what();
-    if (what.size() > 200) {
-      size_t cut = 200;
-      while (cut > 0 && (static_cast<uint8_t>(what[cut]) & 0xC0) == 0x80) --cut;
-      what = what.substr(0, cut) + "...";
-    }
+    // ex.what() quotes the last token: escaped and cut short, as every parser's text is.
     syntax_error_ = "the header is not valid JSON (at byte " + std::to_string(position) +
-                    " of the header): " + what;
+                    " of the header): " + detail::parser_text(ex.what());
     return false;
   }
 

@@ -5,6 +5,7 @@
 #include <set>
 #include <vector>
 
+#include "core/parser_text.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 #include "io/checkpoint_dir.hpp"
@@ -49,7 +50,8 @@ Json parse_strict(std::string_view text, const std::string& context) {
   try {
     j = Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::exception& e) {
-    throw Error(ErrorCode::InvalidIndex, context + ": not JSON (" + e.what() + ")");
+    throw Error(ErrorCode::InvalidIndex,
+                context + ": not JSON (" + detail::parser_text(e.what()) + ")");
   }
   if (too_deep) {
     throw Error(ErrorCode::InvalidIndex,
@@ -67,24 +69,28 @@ std::optional<uint64_t> count_field(const Json& metadata, const char* field,
   if (!metadata.contains(field)) return std::nullopt;
   const Json& v = metadata[field];
   if (!v.is_number_unsigned()) {
-    throw Error(ErrorCode::InvalidIndex,
-                context + ": metadata." + field + " is " + v.dump() + "; expected an integer >= 0");
+    throw Error(ErrorCode::InvalidIndex, context + ": metadata." + field + " is " +
+                                             detail::parser_text(v.dump()) +
+                                             "; expected an integer >= 0");
   }
   return v.get<uint64_t>();
 }
 
-// 10^k or 2^(10k) for the unit suffix `unit` (without the number); 0 when it is no unit.
+// 10^k or 2^(10k) for the unit suffix `unit` (without the number); 0 when it is no unit. Binary
+// units are read in any case ("GiB", "gib", "GIB"), as transformers reads them; a decimal unit
+// with a lower-case b never gets here (parse_byte_size refuses it first).
 uint64_t unit_multiplier(std::string_view unit) {
   if (unit.empty() || unit == "B") return 1;
-  if (unit.size() < 2 || unit.size() > 3 || unit.back() != 'B') return 0;
-  const char prefix = static_cast<char>(unit[0] & ~0x20);  // upper case
+  auto upper = [](char c) { return static_cast<char>(c & ~0x20); };  // for ASCII letters
+  if (unit.size() < 2 || unit.size() > 3 || upper(unit.back()) != 'B') return 0;
+  const char prefix = upper(unit[0]);
   const int power = prefix == 'K'   ? 1
                     : prefix == 'M' ? 2
                     : prefix == 'G' ? 3
                     : prefix == 'T' ? 4
                                     : 0;
   if (power == 0) return 0;
-  if (unit.size() == 3 && unit[1] != 'i') return 0;
+  if (unit.size() == 3 && upper(unit[1]) != 'I') return 0;
   const uint64_t base = unit.size() == 3 ? 1024 : 1000;
   uint64_t m = 1;
   for (int i = 0; i < power; ++i) m *= base;
@@ -185,8 +191,8 @@ std::string shard_index_file_name(CheckpointFormat format) {
 uint64_t parse_byte_size(std::string_view text) {
   const std::string bad = "the size " + quote(text);
   const char* expected =
-      "; expected a number of bytes, optionally with a unit: B, KB, MB, GB, TB (powers of 1000) "
-      "or KiB, MiB, GiB, TiB (powers of 1024), as in 5GB or 500MB";
+      "; expected a number of bytes, optionally with a unit: B, KB, MB, GB, TB (powers of 1000, "
+      "upper-case B) or KiB, MiB, GiB, TiB (powers of 1024, any case), as in 5GB or 500MB";
   size_t i = 0;
   uint64_t whole = 0, frac = 0, frac_scale = 1;
   bool digits = false;
@@ -204,7 +210,8 @@ uint64_t parse_byte_size(std::string_view text) {
     }
   }
   const std::string_view unit = text.substr(i);
-  if (!unit.empty() && unit.back() == 'b' && unit.size() >= 2) {
+  // transformers reads "5gb" and "5Gb" as gigabits (an eighth of 5GB); "5gib" is 5 GiB to it.
+  if (unit.size() == 2 && unit.back() == 'b') {
     throw Error(ErrorCode::InvalidArgument,
                 bad + " is ambiguous (a lower-case b means bits to transformers); write it with B" +
                     expected);

@@ -111,10 +111,17 @@ void run_plan(const TilePlan& plan, size_t scratch_floats, const Compute& comput
 
 size_t bytes_of(const Tensor& t) { return dtype_size(t.dtype()); }
 
+// Resolves the kernel set on the calling thread before anything is planned or written: its first
+// use decides it (kernel_isa), so that a bad GROUPLIN_ISA is one error thrown here, with every
+// output untouched, rather than one per tile on the workers (or none at all for a call without
+// rows, which reaches no kernel).
+void resolve_kernels() { (void)micro_kernels(); }
+
 }  // namespace
 
 void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
                      std::span<const Tensor> weights, std::span<const Tensor> biases, Tensor& y) {
+  resolve_kernels();
   ForwardArgs args;
   args.x = matrix(x);
   args.in_features = x.dim(1);
@@ -139,6 +146,7 @@ void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
 
 void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
                    std::span<const Tensor> weights, Tensor& dx) {
+  resolve_kernels();
   DgradArgs args;
   args.dy = matrix(dy);
   args.dx = mutable_matrix(dx);
@@ -159,6 +167,7 @@ void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
 
 void grouped_wgrad(const Tensor& x, const Tensor& dy, std::span<const int64_t> m_splits,
                    std::span<Tensor> wgrads, bool accumulate) {
+  resolve_kernels();
   WgradArgs args;
   args.x = matrix(x);
   args.dy = matrix(dy);
@@ -180,6 +189,7 @@ void grouped_wgrad(const Tensor& x, const Tensor& dy, std::span<const int64_t> m
 }
 
 void grouped_bgrad(const Tensor& dy, std::span<const int64_t> m_splits, std::span<Tensor> bgrads) {
+  resolve_kernels();
   BgradArgs args;
   args.dy = matrix(dy);
   args.first_row = first_rows(m_splits);

@@ -1,5 +1,7 @@
 // Grouped GEMM kernels behind GroupedLinear: forward, dgrad, wgrad and bgrad over the row
 // ranges given by m_splits. Internal header: GroupedLinear checks every argument before calling.
+// The only error they raise is Error(InvalidEnvironment) for a bad GROUPLIN_ISA or
+// GROUPLIN_NUM_THREADS (kernel_isa, num_threads), thrown before any output is written.
 //
 //   kernels::grouped_forward(x, m_splits, weights, biases, y);   // y_i = x_i · W_iᵀ + b_i
 //   kernels::grouped_dgrad(dy, m_splits, weights, dx);            // dx_i = dy_i · W_i

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "grouplin/error.hpp"
 
@@ -107,16 +108,29 @@ Isa isa_cap_from_environment(const char* value) {
 }
 
 Isa kernel_isa() {
-  static const Isa isa = [] {
-    const Isa cap = isa_cap_from_environment(std::getenv(kIsaEnv));
-    const Isa cpu = best_isa(detect_cpu());
-    Isa chosen = cpu < cap ? cpu : cap;
+  // Decided once, a refusal included: a bad GROUPLIN_ISA used to be read again (and CPUID run
+  // again) at every call, each throwing anew, and a value changed after the first failure
+  // changed the kernels in the middle of a run.
+  struct Decision {
+    Isa isa = Isa::Portable;
+    std::string error;  // the InvalidEnvironment message when GROUPLIN_ISA is refused
+  };
+  static const Decision decision = [] {
+    Decision d;
+    try {
+      const Isa cap = isa_cap_from_environment(std::getenv(kIsaEnv));
+      const Isa cpu = best_isa(detect_cpu());
+      d.isa = cpu < cap ? cpu : cap;
 #if !defined(__x86_64__)
-    chosen = Isa::Portable;
+      d.isa = Isa::Portable;
 #endif
-    return chosen;
+    } catch (const Error& e) {
+      d.error = e.message();
+    }
+    return d;
   }();
-  return isa;
+  if (!decision.error.empty()) throw Error(ErrorCode::InvalidEnvironment, decision.error);
+  return decision.isa;
 }
 
 std::string describe(const CpuFeatures& f) {

@@ -42,7 +42,9 @@ Isa isa_cap_from_environment(const char* value);
 // GROUPLIN_ISA allows; portable in builds for other architectures than x86-64. Every level has
 // its kernel set (micro_kernels.hpp): avx512 runs F32 (and BF16 widened to F32) on AVX-512F,
 // avx512bf16 adds vdpbf16ps for BF16 x BF16 products, amx runs those on the AMX tiles. F32 stays
-// F32 on every level. Decided once per process.
+// F32 on every level. Decided once per process, at the first call: a GROUPLIN_ISA that
+// isa_cap_from_environment refuses makes that call and every later one throw the same
+// Error(InvalidEnvironment), without reading the variable again.
 Isa kernel_isa();
 // "avx2 fma avx512f ..." and any refusal: what detect_cpu found, for reports.
 std::string describe(const CpuFeatures& f);

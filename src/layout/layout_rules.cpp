@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/parser_text.hpp"
 #include "grouplin/error.hpp"
 #include "layout/compiled_rules.hpp"
 
@@ -156,7 +157,7 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    invalid(source, std::string("not JSON: ") + escaped(e.what()));
+    invalid(source, "not JSON: " + detail::parser_text(e.what()));
   }
   if (!j.is_object()) invalid(source, "the document is not an object");
   only_fields(j,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 
 namespace grouplin {
@@ -48,9 +49,9 @@ void expect_valid_layout(const GroupedTensor& g, const std::vector<Shape>& shape
 
 TEST(GroupedTensorTest, UniformOddSizedMembersArePaddedToAlignment) {
   // 3 x 5 F32 = 60 bytes per member: not a multiple of 64, so members need padding.
-  const StorageStats before = storage_stats();
+  const detail::StorageStats before = detail::storage_stats();
   auto g = GroupedTensor::make_uniform(7, {3, 5}, DType::F32);
-  EXPECT_EQ(storage_stats().allocations - before.allocations, 1u);
+  EXPECT_EQ(detail::storage_stats().allocations - before.allocations, 1u);
   expect_valid_layout(g, std::vector<Shape>(7, Shape{3, 5}), DType::F32);
   for (const Tensor& m : g.members()) {
     for (int k = 0; k < 15; ++k) EXPECT_EQ(m.data_as<float>()[k], 0.0f);
@@ -124,9 +125,9 @@ TEST(GroupedTensorTest, FromMembersCopiesEachMemberOnceIntoOneAllocation) {
     src.push_back(Tensor::from_f32({3, 5}, v, DType::BF16));
     total += src.back().nbytes();
   }
-  const StorageStats before = storage_stats();
+  const detail::StorageStats before = detail::storage_stats();
   auto g = GroupedTensor::from_members(src);
-  const StorageStats after = storage_stats();
+  const detail::StorageStats after = detail::storage_stats();
   EXPECT_EQ(after.allocations - before.allocations, 1u);       // no intermediate stack
   EXPECT_EQ(after.copied_bytes - before.copied_bytes, total);  // each member once
   expect_valid_layout(g, std::vector<Shape>(5, Shape{3, 5}), DType::BF16);

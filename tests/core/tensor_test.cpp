@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/storage.hpp"
 
@@ -175,9 +176,9 @@ TEST(TensorTest, CloneAndToCopyIntoNewStorage) {
 TEST(TensorTest, CopyFromConvertsAndCountsBytes) {
   Tensor src = Tensor::from_f32({2, 2}, iota(4, 0.5f));
   Tensor dst = Tensor::zeros({4}, DType::BF16);  // same numel, other shape is fine
-  const uint64_t before = storage_stats().copied_bytes;
+  const uint64_t before = detail::storage_stats().copied_bytes;
   dst.copy_from(src);
-  EXPECT_EQ(storage_stats().copied_bytes - before, dst.nbytes());
+  EXPECT_EQ(detail::storage_stats().copied_bytes - before, dst.nbytes());
   for (int i = 0; i < 4; ++i) EXPECT_EQ(bf16_to_f32(dst.data_as<uint16_t>()[i]), 0.5f + i);
   expect_error([&] { dst.copy_from(Tensor::zeros({5}, DType::F32)); }, ErrorCode::ShapeMismatch);
   expect_error([&] { Tensor::zeros({4}, DType::I32).copy_from(src); },
@@ -237,10 +238,10 @@ TEST(TensorTest, ViewsKeepTheirStorageAlive) {
 }
 
 TEST(StorageTest, AllocateIsZeroedAlignedAndCounted) {
-  const StorageStats before = storage_stats();
+  const detail::StorageStats before = detail::storage_stats();
   auto s = Storage::allocate(100);
   auto empty = Storage::allocate(0);
-  const StorageStats after = storage_stats();
+  const detail::StorageStats after = detail::storage_stats();
   EXPECT_EQ(after.allocations - before.allocations, 2u);
   EXPECT_EQ(after.allocated_bytes - before.allocated_bytes, 100u);
   EXPECT_EQ(s->size(), 100u);

@@ -1,8 +1,9 @@
-// Pickles that ask for far more memory than their own size: each builds many values out of
-// references to a few (the memo makes any value reusable for two bytes). A reader that copies
+// Pickles that ask for far more memory or work than their own size: each builds many values out
+// of references to a few (the memo makes any value reusable for two bytes). A reader that copies
 // what it is handed, instead of sharing it, grows with the product of the two. Used by the
-// pickle machine's budget tests, the CLI's resident-set test and the fuzz corpus
-// (fuzz/corpus/pt/amplify_*.pt, written by HostileFiles.CorpusIsUpToDate).
+// pickle machine's budget tests, the .pt reader's round trip and the CLI's resident-set test.
+// They are not in the fuzz corpora: their cost grows with their size, which made the fuzzers
+// spend seconds on each (fuzz/CMakeLists.txt, GROUPLIN_FUZZ_MAX_LEN).
 //
 //   for (const Amplifier& a : kAmplifiers) run_pickle(bytes(a.make(4 << 20)));  // ~4 MiB each
 #pragma once
@@ -11,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "io/memory_sink.hpp"
 #include "io/pickle_builder.hpp"
+#include "io/zip.hpp"
 
 namespace grouplin::test_pickle {
 
@@ -100,6 +103,21 @@ inline std::string many_storages(size_t bytes) {
     p += "(h\x00h\x01"s + U(key) + "h\x02" + I(1) + "tQa";
   }
   return p + ".";
+}
+
+// A .pt archive as torch.save lays it out, around `pickle`, with one 4-byte storage "0".
+inline std::string pt_archive(const std::string& pickle) {
+  test_io::MemorySink sink;
+  zip::ZipWriter w(sink);
+  auto add = [&](const std::string& name, const std::string& data) {
+    w.add_record(name, {reinterpret_cast<const std::byte*>(data.data()), data.size()});
+  };
+  add("archive/data.pkl", pickle);
+  add("archive/byteorder", "little");
+  add("archive/data/0", std::string(4, '\0'));
+  add("archive/version", "3\n");
+  w.finish();
+  return {reinterpret_cast<const char*>(sink.bytes.data()), sink.bytes.size()};
 }
 
 inline const std::vector<Amplifier> kAmplifiers = {

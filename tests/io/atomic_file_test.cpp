@@ -19,6 +19,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "io/commit_calls.hpp"
 
 namespace grouplin {
 namespace {
@@ -140,20 +141,23 @@ TEST_F(AtomicFileTest, LargeWritesArriveWhole) {
 }
 
 // Makes one step of AtomicFile::commit fail with `err`; the other steps are the real calls.
-class FailingCommitCalls : public CommitCalls {
+class FailingCommitCalls : public detail::CommitCalls {
  public:
   enum class Step { Flush, Close, Rename, FlushFolder };
   FailingCommitCalls(Step step, int err) : step_(step), err_(err) {}
-  int flush(int fd) override { return step_ == Step::Flush ? err_ : CommitCalls::flush(fd); }
+  int flush(int fd) override {
+    return step_ == Step::Flush ? err_ : detail::CommitCalls::flush(fd);
+  }
   int close(int fd) override {
-    const int real = CommitCalls::close(fd);  // Linux closes the descriptor even when close fails
+    const int real =
+        detail::CommitCalls::close(fd);  // Linux closes the descriptor even when close fails
     return step_ == Step::Close ? err_ : real;
   }
   int rename(const std::string& from, const std::string& to) override {
-    return step_ == Step::Rename ? err_ : CommitCalls::rename(from, to);
+    return step_ == Step::Rename ? err_ : detail::CommitCalls::rename(from, to);
   }
   int flush_folder(const std::string& folder) noexcept override {
-    return step_ == Step::FlushFolder ? err_ : CommitCalls::flush_folder(folder);
+    return step_ == Step::FlushFolder ? err_ : detail::CommitCalls::flush_folder(folder);
   }
 
  private:
@@ -172,7 +176,7 @@ TEST_F(AtomicFileTest, CommitStepFailingBeforeTheRenameThrowsAndKeepsTheOldFile)
     write_old("old");
     FailingCommitCalls calls(step, EIO);
     {
-      auto f = AtomicFile::create(path_, calls);
+      auto f = detail::create_atomic_file(path_, calls);
       f->write(as_bytes("new"));
       try {
         f->commit();
@@ -197,7 +201,7 @@ TEST_F(AtomicFileTest, CommitStepFailingBeforeTheRenameThrowsAndKeepsTheOldFile)
 TEST_F(AtomicFileTest, FolderFlushFailingAfterTheRenameDoesNotThrow) {
   write_old("old");
   FailingCommitCalls calls(FailingCommitCalls::Step::FlushFolder, EIO);
-  auto f = AtomicFile::create(path_, calls);
+  auto f = detail::create_atomic_file(path_, calls);
   f->write(as_bytes("new"));
   EXPECT_NO_THROW(f->commit());
   EXPECT_EQ(read_file(path_), "new");

@@ -200,10 +200,26 @@ TEST_F(ConvertDirTest, ExpertSlicesOfADirectory) {
   }
 }
 
+// Every file under `dir`, relative to it, with its bytes; folders as "name/" with no bytes.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string rel = fs::relative(e.path(), dir).generic_string();
+    out[e.is_directory() ? rel + "/" : rel] = e.is_directory() ? "" : read_all(e.path());
+  }
+  return out;
+}
+
+// A previous output of the same conversion (more shards than now, an index, the copied files)
+// and a stale shard of an older one are replaced whole, and only when asked.
 TEST_F(ConvertDirTest, AnExistingOutputIsReplacedWholeOnlyWhenAsked) {
   write_sharded(dir_ / "hf", hf_state_dict({}, false));
-  fs::create_directories(dir_ / "out");
-  write_text(dir_ / "out" / "stale.txt", "old");
+  fs::create_directories(dir_ / "hf" / "original");
+  write_text(dir_ / "hf" / "original" / "params.json", "{}");
+  convert("hf", "out", ExpertLayout::PerExpert, 500);
+  ASSERT_TRUE(fs::exists(dir_ / "out" / "model.safetensors.index.json"));
+  write_text(dir_ / "out" / "model-00042-of-00042.safetensors", "a stale shard");
+  const std::map<std::string, std::string> before = snapshot(dir_ / "out");
   try {
     convert("hf", "out", ExpertLayout::Single);
     ADD_FAILURE() << "no error";
@@ -211,18 +227,91 @@ TEST_F(ConvertDirTest, AnExistingOutputIsReplacedWholeOnlyWhenAsked) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
     EXPECT_NE(e.message().find("--force"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(read_all(dir_ / "out" / "stale.txt"), "old");
+  EXPECT_EQ(snapshot(dir_ / "out"), before);
   ConvertOptions o;
   o.layout = ExpertLayout::Single;
   o.overwrite = true;
   convert_checkpoint(path("hf"), path("out"), o);
-  EXPECT_FALSE(fs::exists(dir_ / "out" / "stale.txt"));
   expect_same_dict(load_checkpoint(path("out")).tensors, hf_state_dict({}, true));
+  // One shard now, no index, and nothing of the old directory left.
+  std::vector<std::string> now;
+  for (const auto& [name, bytes] : snapshot(dir_ / "out")) now.push_back(name);
+  EXPECT_EQ(now, (std::vector<std::string>{"config.json", "model.safetensors", "original/",
+                                           "original/params.json", "tokenizer.json"}));
   // Nothing else beside it: the old directory went with the exchange.
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"hf", "out"}));
+}
+
+// Regression: `convert DIR OUT --force` exchanged an existing directory OUT with the new one and
+// removed it whole, so a thesis.tex or a folder of one's own kept in OUT was deleted. --force now
+// replaces a directory only when it holds nothing but what a conversion writes there; anything
+// else is refused, named, and left byte for byte, and nothing is written.
+TEST_F(ConvertDirTest, ForceNeverDeletesWhatTheConversionDoesNotWrite) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  fs::create_directories(dir_ / "hf" / "original");
+  write_text(dir_ / "hf" / "original" / "params.json", "{}");
+  // What a conversion writes there: accepted. What it does not: refused.
+  fs::create_directories(dir_ / "out" / "notes" / "drafts");
+  fs::create_directories(dir_ / "out" / "original");
+  write_text(dir_ / "out" / "model-00001-of-00002.safetensors", "an old shard");
+  write_text(dir_ / "out" / "config.json", "an old config");
+  write_text(dir_ / "out" / "original" / "params.json", "old params");
+  write_text(dir_ / "out" / "thesis.tex", "\\documentclass{book} three years of work");
+  write_text(dir_ / "out" / "notes" / "drafts" / "ch1.txt", "chapter one");
+  write_text(dir_ / "out" / "original" / "mine.txt", "mine");
+  ConvertOptions o;
+  o.layout = ExpertLayout::Single;
+  o.overwrite = true;
+  auto expect_refused = [&](const std::string& listed) {
+    const std::map<std::string, std::string> before = snapshot(dir_ / "out");
+    try {
+      convert_checkpoint(path("hf"), path("out"), o);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::OutputHoldsOtherFiles) << e.what();
+      EXPECT_NE(e.message().find("converting \"" + path("hf") + "\": the output \"" + path("out") +
+                                 "\" holds " + listed),
+                std::string::npos)
+          << e.message();
+    }
+    EXPECT_EQ(snapshot(dir_ / "out"), before);
+    std::vector<std::string> beside;
+    for (const auto& e : fs::directory_iterator(dir_)) beside.push_back(e.path().filename());
+    std::sort(beside.begin(), beside.end());
+    EXPECT_EQ(beside, (std::vector<std::string>{"hf", "out"})) << "nothing written beside OUT";
+  };
+  expect_refused(
+      "3 entries that a conversion does not write: \"notes/\", \"original/mine.txt\", "
+      "\"thesis.tex\"; --force replaces a directory only when it holds nothing but shards, an "
+      "index and files copied from the input");
+  // At most five are named.
+  for (const char* f : {"a.txt", "b.txt", "c.txt", "d.txt"}) write_text(dir_ / "out" / f, f);
+  expect_refused(
+      "7 entries that a conversion does not write: \"a.txt\", \"b.txt\", \"c.txt\", "
+      "\"d.txt\", \"notes/\" and 2 more;");
+  // The same from a single file: nothing is copied, so config.json is another's file too.
+  save_safetensors(path("one.safetensors"), hf_state_dict({}, false));
+  o.max_shard_size = 1000;
+  try {
+    convert_checkpoint(path("one.safetensors"), path("out"), o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::OutputHoldsOtherFiles) << e.what();
+    EXPECT_NE(e.message().find("\"config.json\""), std::string::npos) << e.message();
+  }
+  // Once only what a conversion writes is left, --force replaces it.
+  for (const char* f : {"a.txt", "b.txt", "c.txt", "d.txt", "thesis.tex", "original/mine.txt"}) {
+    fs::remove(dir_ / "out" / f);
+  }
+  fs::remove_all(dir_ / "out" / "notes");
+  o.max_shard_size.reset();
+  convert_checkpoint(path("hf"), path("out"), o);
+  expect_same_dict(load_checkpoint(path("out")).tensors, hf_state_dict({}, true));
+  EXPECT_EQ(read_all(dir_ / "out" / "config.json"), read_all(dir_ / "hf" / "config.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "model-00001-of-00002.safetensors"));
 }
 
 // "out/" is the directory "out", new or replaced, not a place inside it.

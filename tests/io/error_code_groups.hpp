@@ -13,7 +13,8 @@ namespace grouplin::test_io {
 inline bool raised_outside_file_parsing(ErrorCode code);
 
 // A checkpoint directory's index and its agreement with the shards
-// (tests/io/sharded_checkpoint_test.cpp walks them): never a single file's reader.
+// (tests/io/sharded_checkpoint_test.cpp walks them; TotalSizeMismatch is only ever a warning,
+// tested there too): never a single file's reader.
 inline bool raised_only_by_checkpoint_directories(ErrorCode code) {
   switch (code) {
     case ErrorCode::InvalidIndex:
@@ -56,6 +57,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::RuleConflict:
     case ErrorCode::NoPerExpertForm:
     case ErrorCode::IoError:
+    case ErrorCode::OutputHoldsOtherFiles:  // about convert's output, never a file's content
     case ErrorCode::Interrupted:  // thrown by a caller's callback (the CLI on Ctrl-C), never a file
       return true;
     default:

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
+#include "hostile_text.hpp"
 #include "io/error_code_groups.hpp"
 
 namespace grouplin {
@@ -108,6 +110,19 @@ TEST(SafetensorsReader, HeaderNotJson) {
   EXPECT_LOAD_ERROR(st_file("{} x"), InvalidHeader, "not valid JSON");
   EXPECT_LOAD_ERROR(st_file("{/*c*/}"), InvalidHeader, "not valid JSON");
   EXPECT_LOAD_ERROR(st_file("{\"\\ud800\":1}"), InvalidHeader, "not valid JSON");  // lone surrogate
+}
+
+// Regression: the header's syntax error quoted nlohmann's message as it was, whose "last read"
+// token carried DEL, C1 controls and direction overrides raw to the terminal.
+TEST(SafetensorsReader, ParserTextInMessagesIsEscaped) {
+  for (const test_text::HostileControl& c : test_text::kHostileControls) {
+    SCOPED_TRACE(c.escaped);
+    std::optional<Error> e = parse_error(st_file("{\"x" + c.raw + "\x01\":1}"));
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->code(), ErrorCode::InvalidHeader) << e->what();
+    EXPECT_NE(e->message().find("not valid JSON"), std::string::npos) << e->message();
+    test_text::expect_escaped(e->message(), c);
+  }
 }
 
 // Regression: nlohmann's lexer takes a NUL byte for the end of the input and skips a leading
@@ -343,9 +358,9 @@ TEST(SafetensorsReader, NoAllocationFromFileNumbersBeforeValidation) {
   std::string bytes =
       st_file(std::string("{") + entry("t", "F32", "[1000000000]", "[0,4000000000]") + "}", "abcd");
   auto storage = to_storage(bytes);
-  StorageStats before = storage_stats();
+  detail::StorageStats before = detail::storage_stats();
   EXPECT_THROW(parse_safetensors(storage, "x"), Error);
-  EXPECT_EQ(storage_stats().allocations, before.allocations);
+  EXPECT_EQ(detail::storage_stats().allocations, before.allocations);
 }
 
 // ---- what is legal ----
@@ -395,10 +410,10 @@ TEST(SafetensorsReader, ViewsShareTheBufferWithoutCopying) {
   header.append((8 - header.size() % 8) % 8, ' ');
   std::string bytes = st_file(header, kF32x2 + "xy");
   auto storage = to_storage(bytes);
-  StorageStats before = storage_stats();
+  detail::StorageStats before = detail::storage_stats();
   SafetensorsFile f = parse_safetensors(storage, "x");
-  EXPECT_EQ(storage_stats().allocations, before.allocations);
-  EXPECT_EQ(storage_stats().copied_bytes, before.copied_bytes);
+  EXPECT_EQ(detail::storage_stats().allocations, before.allocations);
+  EXPECT_EQ(detail::storage_stats().copied_bytes, before.copied_bytes);
   const Tensor& b = f.tensors.at("b");
   EXPECT_EQ(b.storage(), storage);
   EXPECT_EQ(b.data(), storage->data() + 8 + header.size());
@@ -426,10 +441,10 @@ TEST(SafetensorsReader, LoadedTensorsAreReadOnlyViewsOfTheMapping) {
   header.append((8 - header.size() % 8) % 8, ' ');
   std::ofstream(path, std::ios::binary) << st_file(header, kF32x2);
 
-  StorageStats before = storage_stats();
+  detail::StorageStats before = detail::storage_stats();
   SafetensorsFile f = load_safetensors(path);
   fs::remove_all(tmpl);  // the mapping keeps the bytes
-  EXPECT_EQ(storage_stats().allocations, before.allocations);
+  EXPECT_EQ(detail::storage_stats().allocations, before.allocations);
   Tensor w = f.tensors.at("w");
   EXPECT_FALSE(w.writable());
   EXPECT_EQ(w.storage()->size(), 8 + header.size() + 8);  // the whole file

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 #include "io/moe_checkpoint.hpp"
 
@@ -260,10 +261,10 @@ TEST(CheckpointLayout, PlansEveryDirection) {
 
 TEST(CheckpointLayout, PlanCopiesNothing) {
   const StateDict src = moe_state_dict(kModules, ExpertLayout::Single);
-  const StorageStats before = storage_stats();
+  const detail::StorageStats before = detail::storage_stats();
   const ConversionPlan plan = plan_conversion(src, ExpertLayout::PerExpert);
-  EXPECT_EQ(storage_stats().allocations, before.allocations);
-  EXPECT_EQ(storage_stats().copied_bytes, before.copied_bytes);
+  EXPECT_EQ(detail::storage_stats().allocations, before.allocations);
+  EXPECT_EQ(detail::storage_stats().copied_bytes, before.copied_bytes);
   // Expert 2 of the stacked weight is a view of it.
   const Tensor& stacked = src.at("model.layers.3.mlp.experts.weight");
   auto it = std::find_if(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) {

@@ -9,6 +9,7 @@
 
 #include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/error.hpp"
+#include "hostile_text.hpp"
 #include "io/moe_checkpoint.hpp"
 
 namespace grouplin {
@@ -252,6 +253,22 @@ TEST(LayoutRules, RuleFilesParseAndConvert) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::RuleConflict) << e.what();
     EXPECT_NE(e.message().find("net.moe.e0.a"), std::string::npos) << e.what();
+  }
+}
+
+// Regression: a rules file that is no JSON was reported with nlohmann's message as it was, whose
+// "last read" token carried DEL, C1 controls and direction overrides raw to the terminal.
+TEST(LayoutRules, ParserTextInMessagesIsEscaped) {
+  for (const test_text::HostileControl& c : test_text::kHostileControls) {
+    SCOPED_TRACE(c.escaped);
+    try {
+      parse_rules(R"({"name": "x)" + c.raw + "\x01\"}", "rules.json");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidRules);
+      EXPECT_NE(e.message().find("not JSON"), std::string::npos) << e.message();
+      test_text::expect_escaped(e.message(), c);
+    }
   }
 }
 

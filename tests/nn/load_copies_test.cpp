@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/optimizer.hpp"
 #include "grouplin/storage.hpp"
 #include "nn/load_test_util.hpp"
@@ -30,9 +31,9 @@ struct Delta {
 };
 template <class Fn>
 Delta measure(Fn&& fn) {
-  const StorageStats a = storage_stats();
+  const detail::StorageStats a = detail::storage_stats();
   fn();
-  const StorageStats b = storage_stats();
+  const detail::StorageStats b = detail::storage_stats();
   return {b.allocations - a.allocations, b.copied_bytes - a.copied_bytes};
 }
 

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/grouplin.hpp"
 #include "io/moe_checkpoint.hpp"
 #include "io/sharded_dir.hpp"
@@ -116,9 +117,9 @@ TEST(LoadHuggingFace, ExpertSlicesReadOnlyTheirExperts) {
       LoadOptions o;
       o.prefix = "model.layers.0.mlp.experts.";
       o.experts = ExpertRange{2, 4};
-      const uint64_t before = storage_stats().copied_bytes;
+      const uint64_t before = detail::storage_stats().copied_bytes;
       x.root->load_state_dict(sd, o);
-      EXPECT_EQ(storage_stats().copied_bytes - before, slice_bytes);
+      EXPECT_EQ(detail::storage_stats().copied_bytes - before, slice_bytes);
       expect_experts(x, 0, 2, spec);
     }
   }

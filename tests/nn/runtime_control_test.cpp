@@ -3,9 +3,13 @@
 // memory (Tensor::from_blob).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/storage_stats.hpp"
 #include "grouplin/grouplin.hpp"
 #include "grouplin/runtime.hpp"
 #include "nn/load_test_util.hpp"
@@ -81,9 +85,9 @@ TEST_F(RuntimeControl, ATrainingLoopAllocatesNoTensorAfterItsFirstStep) {
       sgd_step(*gl, 0.01f);
     };
     step();  // allocates the gradients once
-    const uint64_t before = storage_stats().allocations;
+    const uint64_t before = detail::storage_stats().allocations;
     for (int i = 0; i < 3; ++i) step();
-    EXPECT_EQ(storage_stats().allocations, before);
+    EXPECT_EQ(detail::storage_stats().allocations, before);
   }
 }
 
@@ -136,13 +140,13 @@ TEST_F(RuntimeControl, FromBlobWrapsTheCallersMemoryWithoutACopy) {
   const Tensor x_own = testing::test_tensor({6, kIn}, 1);
   std::vector<float> x_buf(6 * kIn), y_buf(6 * kOut, -1.0f);
   std::memcpy(x_buf.data(), x_own.data(), x_own.nbytes());
-  const uint64_t copied = storage_stats().copied_bytes;
+  const uint64_t copied = detail::storage_stats().copied_bytes;
   const Tensor x = Tensor::from_blob(static_cast<const void*>(x_buf.data()), {6, kIn}, DType::F32);
   Tensor y = Tensor::from_blob(y_buf.data(), {6, kOut}, DType::F32);
   EXPECT_FALSE(x.writable());
   EXPECT_TRUE(y.writable());
   EXPECT_EQ(y.data(), reinterpret_cast<const std::byte*>(y_buf.data()));
-  EXPECT_EQ(storage_stats().copied_bytes, copied);
+  EXPECT_EQ(detail::storage_stats().copied_bytes, copied);
   gl->forward(x, splits, y);
   const Tensor want = gl->forward(x_own, splits);
   EXPECT_EQ(std::memcmp(y_buf.data(), want.data(), want.nbytes()), 0);
@@ -168,6 +172,67 @@ TEST_F(RuntimeControl, FromBlobWrapsTheCallersMemoryWithoutACopy) {
             ErrorCode::InvalidArgument);
   EXPECT_TRUE(Tensor::from_blob(static_cast<void*>(nullptr), {0, 3}, DType::F32)
                   .defined());  // no elements, no data
+}
+
+// Regression: a bad GROUPLIN_ISA was read again at every call, each throwing anew (a value set
+// right after the first failure then changed the kernels mid-run), and a forward without rows
+// reached no kernel and succeeded. The first use now decides, once, and a forward throws before
+// writing anything. In a fresh process (the death test re-executes this binary), since the
+// decision is made once per process.
+TEST(RuntimeEnvironment, ABadIsaIsOneErrorDecidedAtTheFirstUse) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto check = [] {
+    bool ok = true;
+    auto expect = [&](bool condition, const char* what) {
+      if (!condition) std::fprintf(stderr, "failed: %s\n", what);
+      ok = ok && condition;
+    };
+    ::setenv("GROUPLIN_ISA", "bogus", 1);
+    std::string first;
+    try {
+      kernel_isa();
+      expect(false, "kernel_isa() accepted GROUPLIN_ISA=bogus");
+    } catch (const Error& e) {
+      first = e.message();
+      expect(e.code() == ErrorCode::InvalidEnvironment, "InvalidEnvironment");
+      expect(first ==
+                 "environment variable GROUPLIN_ISA=\"bogus\": expected one of portable, "
+                 "avx2, avx512, avx512bf16, amx",
+             "the message names the variable, the value and the accepted values");
+    }
+    ::setenv("GROUPLIN_ISA", "avx2", 1);  // not read again: the decision stands
+    try {
+      kernel_isa();
+      expect(false, "kernel_isa() read GROUPLIN_ISA again");
+    } catch (const Error& e) {
+      expect(e.message() == first, "the same error again");
+    }
+    auto gl = make_gl(gl_options(kN, WeightLayout::PerExpert, 3, true, DType::F32, kIn, kOut));
+    const std::vector<int64_t> none = {0, 0, 0, 0}, splits = {2, 0, 3, 1};
+    try {
+      gl->forward(Tensor::zeros({0, kIn}, DType::F32), none);
+      expect(false, "a forward without rows ran");
+    } catch (const Error& e) {
+      expect(e.code() == ErrorCode::InvalidEnvironment, "forward without rows: InvalidEnvironment");
+    }
+    Tensor y = Tensor::zeros({6, kOut}, DType::F32);
+    try {
+      gl->forward(testing::test_tensor({6, kIn}, 1), splits, y);
+      expect(false, "a forward ran");
+    } catch (const Error& e) {
+      expect(e.code() == ErrorCode::InvalidEnvironment, "forward: InvalidEnvironment");
+    }
+    expect(y.bit_equal(Tensor::zeros({6, kOut}, DType::F32)), "y untouched");
+    try {
+      gl->backward(Tensor::zeros({6, kOut}, DType::F32));
+      expect(false, "backward after a failed forward ran");
+    } catch (const Error& e) {
+      expect(e.code() == ErrorCode::BackwardBeforeForward, "nothing was saved for backward");
+    }
+    std::fflush(stderr);
+    std::_Exit(ok ? 0 : 1);
+  };
+  EXPECT_EXIT(check(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

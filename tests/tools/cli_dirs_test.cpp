@@ -132,6 +132,85 @@ TEST_F(CliDirsTest, BrokenDirectoriesAndBadSizesExitTwoAndWriteNothing) {
   EXPECT_EQ(entries(), (std::vector<std::string>{"hf", "missing", "out"}));
 }
 
+// Regression: `grouplin convert DIR OUT --force` over an existing directory OUT deleted everything
+// in it, a thesis.tex and a folder of one's own included. It now refuses (exit 2), names them,
+// writes nothing and leaves them byte for byte; over a previous output of the same conversion it
+// still works.
+TEST_F(CliDirsTest, ForceKeepsWhatTheConversionDoesNotWrite) {
+  write_sharded(dir_ / "hf", hf_state_dict({}, false));
+  CliRun r = run({"convert", path("hf"), path("out"), "--layout", "single", "--max-shard-size",
+                  "1KB", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // A previous output (shards, index, config.json): replaced.
+  r = run({"convert", path("hf"), path("out"), "--layout", "per-expert", "--force", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "model.safetensors.index.json"));
+
+  const std::string thesis = "\\documentclass{book}\n% three years of work\n";
+  testing::write_text(dir_ / "out" / "thesis.tex", thesis);
+  fs::create_directories(dir_ / "out" / "data");
+  testing::write_text(dir_ / "out" / "data" / "results.csv", "1,2,3\n");
+  const std::string shard = test_files::read_all(dir_ / "out" / "model.safetensors");
+  r = run({"convert", path("hf"), path("out"), "--layout", "single", "--force"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("grouplin: OutputHoldsOtherFiles: converting \"" + path("hf") +
+                       "\": the output \"" + path("out") +
+                       "\" holds 2 entries that a conversion does not write: \"data/\", "
+                       "\"thesis.tex\"; --force replaces a directory only when"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(test_files::read_all(dir_ / "out" / "thesis.tex"), thesis);
+  EXPECT_EQ(test_files::read_all(dir_ / "out" / "data" / "results.csv"), "1,2,3\n");
+  EXPECT_EQ(test_files::read_all(dir_ / "out" / "model.safetensors"), shard);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"hf", "out"}));
+}
+
+// Regression: a directory whose index gave a total_size other than its tensors' bytes was refused
+// by every command (exit 2, TotalSizeMismatch), though transformers never reads the field. Every
+// command goes on now: inspect lists the warning (text and JSON), convert and verify say it on
+// stderr, all exit 0, and the index convert writes is exact.
+TEST_F(CliDirsTest, AWrongTotalSizeIsAWarningEveryCommandGoesOn) {
+  const StateDict sd = hf_state_dict({}, false);
+  write_sharded(dir_ / "hf", sd);
+  uint64_t total = 0;
+  for (const auto& [name, t] : sd) total += t.nbytes();
+  const fs::path index = dir_ / "hf" / "model.safetensors.index.json";
+  std::string text = test_files::read_all(index);
+  const std::string field = "\"total_size\": " + std::to_string(total);
+  ASSERT_NE(text.find(field), std::string::npos) << text;
+  text.replace(text.find(field), field.size(), "\"total_size\": 7");
+  testing::write_text(index, text);
+  const std::string says = "TotalSizeMismatch: reading the checkpoint directory \"" + path("hf") +
+                           "\": \"model.safetensors.index.json\" gives total_size 7, but the "
+                           "tensors of its shards hold " +
+                           std::to_string(total) + " bytes";
+
+  CliRun r = run({"inspect", path("hf")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("warnings (readers go on):\n  " + says), std::string::npos) << r.out;
+  r = run({"inspect", path("hf"), "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["warnings"].size(), 1u) << r.out;
+  EXPECT_EQ(doc["warnings"][0]["code"], "TotalSizeMismatch");
+  EXPECT_EQ(doc["warnings"][0]["key"], "model.safetensors.index.json");
+  EXPECT_NE(doc["warnings"][0]["message"].get<std::string>().find("gives total_size 7"),
+            std::string::npos);
+  r = run({"convert", path("hf"), path("out"), "--layout", "single", "--max-shard-size", "1KB"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("grouplin: warning: " + says), std::string::npos) << r.err;
+  r = run({"verify", path("hf"), path("out")});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("grouplin: warning: " + says), std::string::npos) << r.err;
+  // The output's index is exact: nothing to warn about.
+  r = run({"inspect", path("out"), "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["warnings"], nlohmann::json::array());
+  EXPECT_EQ(r.err, "");
+}
+
 // A 192 MiB directory of 8 shards, each expert's tensors spread over them, converts both ways
 // with a peak resident set far below its size (ru_maxrss: stricter than RssAnon).
 TEST_F(CliDirsTest, DirectoryConvertMemoryStaysBounded) {

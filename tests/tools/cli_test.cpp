@@ -233,6 +233,37 @@ TEST_F(CliTest, HelpOnEveryCommand) {
       << r.err;
 }
 
+// Regression: with a bad GROUPLIN_ISA, `grouplin demo` printed its first lines before failing
+// at its first kernel call. Every command now reads the kernels' environment at startup: one
+// error, exit 2, nothing on stdout.
+TEST_F(CliTest, ABadKernelEnvironmentIsOneErrorAtStartup) {
+  const std::string isa_error =
+      "grouplin: InvalidEnvironment: environment variable GROUPLIN_ISA=\"bogus\": expected one of "
+      "portable, avx2, avx512, avx512bf16, amx\n";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"demo"}, {"bench", "--quick"}, {"inspect", path("none.pt")}}) {
+    SCOPED_TRACE(args[0]);
+    const CliRun r = run_cli(dir_, args, {"GROUPLIN_ISA=bogus"});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, isa_error);
+  }
+  CliRun r = run_cli(dir_, {"demo"}, {"GROUPLIN_NUM_THREADS=0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("InvalidEnvironment: environment variable GROUPLIN_NUM_THREADS=\"0\""),
+            std::string::npos)
+      << r.err;
+  // --version says it too, and help still answers.
+  r = run_cli(dir_, {"--version"}, {"GROUPLIN_ISA=bogus"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "grouplin " + std::string(version()));
+  EXPECT_NE(r.out.find("\nkernels: none (cpu: "), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, isa_error);
+  r = run_cli(dir_, {"demo", "--help"}, {"GROUPLIN_ISA=bogus"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 TEST_F(CliTest, VerifyExitCodes) {
   StateDict a = moe_state_dict(kModules, ExpertLayout::PerExpert);
   save_safetensors(path("a.safetensors"), a);

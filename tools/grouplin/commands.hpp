@@ -4,11 +4,18 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <vector>
+
+#include "grouplin/error.hpp"
 
 namespace grouplin::cli {
 
 // Exit status a command asks main() to return (0 unless a command says otherwise).
 extern int g_exit_code;
+
+// Writes each warning to stderr as "grouplin: warning: <CodeName>: <message>": what an input gets
+// wrong without stopping the command (its exit status stays as it is).
+void print_warnings(const std::vector<Problem>& warnings);
 
 void add_demo_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);

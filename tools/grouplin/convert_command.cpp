@@ -67,6 +67,7 @@ void run_convert(const ConvertConfig& c) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.finish();
+  print_warnings(r.warnings);
   if (c.quiet) return;
 
   size_t converted = 0;
@@ -133,7 +134,9 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("--max-shard-size", c->max_shard_size,
                   "write OUT as a directory of shards of at most SIZE tensor bytes each: 5GB, "
                   "500MB, 40KB (1 KB = 1000 bytes), 2GiB (default for a directory: 5GB)");
-  cmd->add_flag("--force", c->force, "replace OUT if it exists (never IN)");
+  cmd->add_flag("--force", c->force,
+                "replace OUT if it exists (never IN); a directory OUT only when it holds nothing "
+                "but shards, an index and files copied from IN");
   cmd->add_flag("--quiet", c->quiet, "no progress bar, no summary");
   cmd->footer(
       "Every other entry passes through unchanged; safetensors metadata is kept. A directory OUT\n"
@@ -141,8 +144,14 @@ void add_convert_command(CLI::App& app) {
       "total_size and weight_map, and every other file of an input directory (config.json,\n"
       "tokenizer files) unchanged; it is built beside OUT and renamed into place. The progress\n"
       "bar shows only on a terminal. Nothing is left at OUT on failure or Ctrl-C.\n"
+      "--force replaces a directory OUT only when everything in it is what a conversion writes:\n"
+      "weight and index files (*.safetensors, *.pt, *.pth, pytorch_model*.bin, *.index.json)\n"
+      "directly in it, and the files copied from IN (config.json, tokenizer files, their\n"
+      "folders). Anything else (thesis.tex, a folder of one's own) is refused, listed, and left\n"
+      "untouched (OutputHoldsOtherFiles).\n"
       "Exit: 0 converted; 2 bad usage or bad input (unreadable or invalid IN, inconsistent\n"
-      "expert set, OUT exists without --force, OUT is IN, unknown output format);\n"
+      "expert set, OUT exists without --force, OUT holds other files, OUT is IN, unknown\n"
+      "output format);\n"
       "130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM (OUT left as it was).\n\n"
       "Examples:\n"
       "  grouplin convert model.safetensors single.safetensors --layout single\n"

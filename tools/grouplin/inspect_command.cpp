@@ -101,6 +101,12 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
         {{"code", std::string(error_code_name(e.code()))}, {"message", e.message()}});
   }
   doc["problems"] = std::move(problems);
+  ordered_json warnings = ordered_json::array();
+  for (const Problem& w : s.warnings) {
+    warnings.push_back(
+        {{"code", std::string(error_code_name(w.code))}, {"key", w.key}, {"message", w.message}});
+  }
+  doc["warnings"] = std::move(warnings);
   const Totals t = totals_of(s);
   doc["totals"] = {{"tensors", s.tensors.size()},
                    {"tensor_bytes", t.tensor_bytes},
@@ -221,6 +227,12 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
                   escaped(m.rules).c_str(), storage_note(m).c_str());
     }
   }
+  if (!s.warnings.empty()) {
+    std::printf("warnings (readers go on):\n");
+    for (const Problem& w : s.warnings) {
+      std::printf("  %s: %s\n", std::string(error_code_name(w.code)).c_str(), w.message.c_str());
+    }
+  }
   if (!s.scan.problems.empty()) {
     std::printf("problems (convert will refuse this file):\n");
     for (const Error& e : s.scan.problems) std::printf("  %s\n", e.what());
@@ -263,10 +275,11 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--rules", config->rules, kRulesHelp);
   cmd->footer(
       "Reads headers only: instant on checkpoints of any size. A directory is checked against\n"
-      "its index (every shard there, every tensor where the index says, total_size exact), and\n"
-      "its config.json's model_type picks the rules of fused experts.\n"
-      "Exit: 0 read and understood; 2 unreadable, invalid, or an inconsistent expert set\n"
-      "(listed under problems).\n\n"
+      "its index (every shard there, every tensor where the index says), and its config.json's\n"
+      "model_type picks the rules of fused experts. An index whose total_size is not its\n"
+      "tensors' bytes is listed under warnings (TotalSizeMismatch), as transformers ignores it.\n"
+      "Exit: 0 read and understood (warnings or not); 2 unreadable, invalid, or an\n"
+      "inconsistent expert set (listed under problems).\n\n"
       "Examples:\n"
       "  grouplin inspect model.safetensors\n"
       "  grouplin inspect ~/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B/snapshots/*/\n"

@@ -13,20 +13,38 @@
 
 int grouplin::cli::g_exit_code = 0;
 
+void grouplin::cli::print_warnings(const std::vector<Problem>& warnings) {
+  for (const Problem& w : warnings) {
+    std::cerr << "grouplin: warning: " << error_code_name(w.code) << ": " << w.message << "\n";
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{
       "grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
       "and checkpoints"};
   // The kernels line names what runs here: the instruction set chosen (GROUPLIN_ISA caps it)
-  // and what the CPU offers.
+  // and what the CPU offers; "none" when GROUPLIN_ISA is refused, which main then reports.
   app.set_version_flag(
       "--version",
       [] {
-        return "grouplin " + std::string(grouplin::version()) +
-               "\nkernels: " + grouplin::kernel_isa() + " (cpu: " + grouplin::cpu_features() + ")";
+        std::string isa = "none";
+        try {
+          isa = grouplin::kernel_isa();
+        } catch (const grouplin::Error&) {
+        }
+        return "grouplin " + std::string(grouplin::version()) + "\nkernels: " + isa +
+               " (cpu: " + grouplin::cpu_features() + ")";
       },
       "print GroupLin's version and the kernels' instruction set, and exit");
   app.require_subcommand(1);
+  // The kernels' environment (GROUPLIN_ISA, GROUPLIN_NUM_THREADS) is read once parsing is done,
+  // before any command runs: a bad value is one error at startup, not a failure after a command
+  // has printed half its output (demo) or on its first kernel call. --help still answers.
+  app.parse_complete_callback([] {
+    (void)grouplin::kernel_isa();
+    (void)grouplin::num_threads();
+  });
   grouplin::cli::add_inspect_command(app);
   grouplin::cli::add_convert_command(app);
   grouplin::cli::add_verify_command(app);
@@ -40,7 +58,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    const int status = app.exit(e);
+    try {
+      (void)grouplin::kernel_isa();
+    } catch (const grouplin::Error& bad) {
+      std::cerr << "grouplin: " << bad.what() << "\n";
+      return 2;
+    }
+    return status;
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return 2;

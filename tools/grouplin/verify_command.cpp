@@ -37,6 +37,7 @@ void run_verify(const VerifyConfig& c) {
   o.max_listed = c.max_listed;
   o.rules = rules_from_option(c.rules);
   const CompareReport r = compare_checkpoints(c.a, c.b, o);
+  print_warnings(r.warnings);
   std::printf("A: %s: %s\nB: %s: %s\n", escaped(c.a).c_str(),
               describe(r.format_a, r.shards_a, r.modules_a).c_str(), escaped(c.b).c_str(),
               describe(r.format_b, r.shards_b, r.modules_b).c_str());
