@@ -1,8 +1,8 @@
 """The bench-only Python environment (scripts/bench-env.sh: PyTorch 2.x and transformers v5 from
 PyPI, which `make test` never needs), for the comparison scripts of bench/.
 
-    from bench_env import reexec_in_bench_env
-    reexec_in_bench_env("hf_v5_check", have_peers)   # returns here only when have_peers() holds
+    from bench_env import have_transformers_v5, reexec_in_bench_env
+    reexec_in_bench_env("hf_v5_check", have_transformers_v5)   # returns here only when it holds
 """
 
 import os
@@ -25,3 +25,16 @@ def reexec_in_bench_env(name, ready):
                                      text=True).strip().splitlines()[-1]
     os.execve(python, [python, os.path.abspath(sys.argv[0])] + sys.argv[1:],
               dict(os.environ, GROUPLIN_BENCH_ENV="1"))
+
+
+def have_transformers_v5():
+    """Whether the running Python has PyTorch, safetensors and transformers v5 (the peers of the
+    Hugging Face checks)."""
+    try:
+        import safetensors  # noqa: F401
+        import torch  # noqa: F401
+        import transformers
+
+        return int(transformers.__version__.split(".")[0]) >= 5
+    except ImportError:
+        return False

@@ -31,7 +31,7 @@ import re
 import subprocess
 import sys
 
-from bench_env import reexec_in_bench_env
+from bench_env import have_transformers_v5, reexec_in_bench_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,15 +49,6 @@ BY_HAND = {"aria_text", "granitemoe", "granitemoehybrid", "granitemoeshared", "g
            "lara_mini", "minimax_m3_vl_text", "mistral4", "muse_spark_text",
            "openai_privacy_filter", "qwen3_vl_moe_text", "zaya"}
 REGEX_CHARS = set("^$()[]|?*+{}\\")
-
-
-def have_peers():
-    try:
-        import transformers
-
-        return int(transformers.__version__.split(".")[0]) >= 5
-    except ImportError:
-        return False
 
 
 def literal(pattern, anchor_ok=False):
@@ -192,7 +183,7 @@ def main():
     parser.add_argument("--emit", action="store_true",
                         help="print the rows of src/layout/model_families.cpp instead")
     args = parser.parse_args()
-    reexec_in_bench_env("hf_rules_table", have_peers)
+    reexec_in_bench_env("hf_rules_table", have_transformers_v5)
     if args.emit:
         emit()
         return 0

@@ -29,19 +29,9 @@ import subprocess
 import sys
 import tempfile
 
-from bench_env import reexec_in_bench_env
+from bench_env import have_transformers_v5, reexec_in_bench_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def have_peers():
-    try:
-        import torch  # noqa: F401
-        import transformers
-
-        return int(transformers.__version__.split(".")[0]) >= 5
-    except ImportError:
-        return False
 
 
 def tiny_config(family):
@@ -128,7 +118,7 @@ def run(cmd):
 
 
 def main():
-    reexec_in_bench_env("hf_v5_check", have_peers)
+    reexec_in_bench_env("hf_v5_check", have_transformers_v5)
     import torch
     import transformers
     from transformers import AutoModelForCausalLM

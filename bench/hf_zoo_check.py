@@ -41,7 +41,6 @@ never downloads:
   python3 bench/hf_zoo_check.py                       # creates .bench-venv on first use
   python3 bench/hf_zoo_check.py --grouplin build/grouplin --keep /tmp/zoo --markdown zoo.md
   python3 bench/hf_zoo_check.py --families mixtral,llama4_text,qwen3_next
-  python3 bench/hf_zoo_check.py --transformers-mapping  # transformers' expert conversions, JSON
 """
 
 import argparse
@@ -54,7 +53,7 @@ import sys
 import tempfile
 import time
 
-from bench_env import reexec_in_bench_env
+from bench_env import have_transformers_v5, reexec_in_bench_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -208,70 +207,6 @@ NOT_EXPERT_HINT = re.compile(r"conv|mamba|linear_attn|mixer\.(?!experts)|shared_
                              r"|self_attn|attention|embed|norm|lm_head")
 OK = "ok"
 REFUSED = "refused (NoPerExpertForm)"
-
-
-def have_peers():
-    try:
-        import safetensors  # noqa: F401
-        import torch  # noqa: F401
-        import transformers
-
-        return int(transformers.__version__.split(".")[0]) >= 5
-    except ImportError:
-        return False
-
-
-# --- transformers' own conversions ------------------------------------------------------------
-
-
-def _describe_op(op):
-    d = {"op": type(op).__name__}
-    for k, v in sorted(getattr(op, "__dict__", {}).items()):
-        if isinstance(v, (int, float, str, bool)) or v is None:
-            d[k] = v
-    return d
-
-
-def _touches_experts(transform):
-    patterns = list(getattr(transform, "_original_source_patterns", []) or []) + \
-        list(getattr(transform, "_original_target_patterns", []) or [])
-    return any(re.search(r"experts|block_sparse_moe\\?\.(input|output)_linear", p)
-               for p in patterns)
-
-
-def transformers_expert_mapping():
-    """model_type (or class name: transformers looks those up first) -> {"converters": [...],
-    "renames": [...]} for every entry of transformers' checkpoint conversion mapping that
-    converts or renames expert tensors. A converter is {"source": [...], "target": [...],
-    "operations": [{"op": "MergeModulelist", "dim": 0}, ...]}, a rename {"source": [...],
-    "target": [...]}: the patterns as declared (regular expressions, `*` an expert index),
-    from the Hub form (source) to the in-memory form (target); saving reverses them. Transforms
-    of other kinds (PrefixChange, ...) are listed under "other" where an entry has any."""
-    from transformers import conversion_mapping as cm
-    from transformers.core_model_loading import WeightConverter, WeightRenaming
-
-    cm.get_checkpoint_conversion_mapping("mixtral")  # fills the cache
-    table = cm._checkpoint_conversion_mapping_cache or cm._build_checkpoint_conversion_mapping()
-    out = {}
-    for model_type in sorted(table):
-        transforms = table[model_type] or []
-        if not any(_touches_experts(t) for t in transforms
-                   if isinstance(t, (WeightConverter, WeightRenaming))):
-            continue
-        entry = {"converters": [], "renames": []}
-        for t in transforms:
-            src = list(getattr(t, "_original_source_patterns", []) or [])
-            dst = list(getattr(t, "_original_target_patterns", []) or [])
-            if isinstance(t, WeightConverter):
-                entry["converters"].append({"source": src, "target": dst,
-                                            "operations": [_describe_op(o) for o in t.operations]})
-            elif isinstance(t, WeightRenaming):
-                entry["renames"].append({"source": src, "target": dst})
-            else:
-                entry.setdefault("other", []).append(
-                    {"kind": type(t).__name__, "source": src, "target": dst})
-        out[model_type] = entry
-    return out
 
 
 # --- building and saving ----------------------------------------------------------------------
@@ -652,7 +587,7 @@ def markdown(families):
 
 
 def main():
-    reexec_in_bench_env("hf_zoo_check", have_peers)
+    reexec_in_bench_env("hf_zoo_check", have_transformers_v5)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grouplin", default=os.path.join(ROOT, "build", "grouplin"))
     ap.add_argument("--keep", metavar="DIR",
@@ -660,8 +595,6 @@ def main():
                          "out-<source>-<layout>) and keep them (default: a temporary directory)")
     ap.add_argument("--families", help="comma-separated model types (default: all of FAMILIES)")
     ap.add_argument("--markdown", metavar="FILE", help="also write the table to FILE")
-    ap.add_argument("--transformers-mapping", action="store_true",
-                    help="print transformers' expert conversions per model type as JSON, and exit")
     ap.add_argument("--verbose", action="store_true", help="print every command and its stderr")
     args = ap.parse_args()
 
@@ -673,9 +606,6 @@ def main():
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    if args.transformers_mapping:
-        print(json.dumps(transformers_expert_mapping(), indent=2))
-        return 0
     args.grouplin = os.path.abspath(args.grouplin)
     if not os.access(args.grouplin, os.X_OK):
         sys.exit(f"hf_zoo_check: no grouplin at {args.grouplin} (build it, or pass --grouplin)")

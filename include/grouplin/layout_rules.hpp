@@ -146,8 +146,10 @@ std::optional<std::string> rules_for_model_type(std::string_view model_type);
 
 // Parses a rule set from its JSON form (docs/rules.md). `source` names it in messages. Throws
 // Error(InvalidRules) naming the source, the field and what is wrong: not JSON, unknown or
-// missing fields, a pattern without exactly one "{prefix}" at its start (and, for parts, one
-// "{expert}"), no tensors, an optional first tensor, dims that differ in count between parts.
+// missing fields or fields of the wrong type, a pattern without exactly one "{prefix}" at its
+// start (and, for parts, one "{expert}"), no tensors, an optional first tensor, empty parts or
+// dims, a transpose without two dims, a transpose, interleave or fold beside several parts, a
+// folded tensor without experts_from (or the reverse), a rename with an empty side.
 LayoutRules parse_rules(std::string_view json, const std::string& source);
 // The JSON form of `rules` (docs/rules.md), fields at their defaults left out: what
 // parse_rules reads back into an equal set.

@@ -52,6 +52,12 @@ LayoutRules fused_module_lists(std::string name, std::string_view gate, std::str
   return r;
 }
 
+// A stacked tensor whose only per-expert form is TransformerEngine's: "{prefix}gate_up_proj" and
+// "{prefix}gate_up_proj.weight{expert}" (the weights of a GroupedLinear at P.gate_up_proj).
+StackedTensorRule te_named(const std::string& name, std::vector<std::string> dims) {
+  return {"{prefix}" + name, {"{prefix}" + name + ".weight{expert}"}, std::move(dims)};
+}
+
 // Experts stacked on the Hub already (gate_up_proj [N, 2I, H], down_proj [N, H, I], or both
 // transposed): their only per-expert names are TransformerEngine's, one GroupedLinear per
 // projection (P.gate_up_proj.weight{i} [2I, H]).
@@ -60,10 +66,8 @@ LayoutRules stacked_only(std::string name, bool transposed) {
   r.name = std::move(name);
   r.per_expert = PerExpertForm::TeOnly;
   r.prefix_ends_with = "experts.";
-  StackedTensorRule gate_up{
-      "{prefix}gate_up_proj", {"{prefix}gate_up_proj.weight{expert}"}, {"gate_up", "hidden"}};
-  StackedTensorRule down{
-      "{prefix}down_proj", {"{prefix}down_proj.weight{expert}"}, {"hidden", "inter"}};
+  StackedTensorRule gate_up = te_named("gate_up_proj", {"gate_up", "hidden"});
+  StackedTensorRule down = te_named("down_proj", {"hidden", "inter"});
   gate_up.transposed = down.transposed = transposed;
   r.tensors = {gate_up, down};
   return r;
@@ -108,12 +112,9 @@ LayoutRules folded() {
   r.name = "folded";
   r.per_expert = PerExpertForm::TeOnly;
   r.experts_from = "{prefix}router.layer.weight";
-  StackedTensorRule w1{
-      "{prefix}experts.mlp.w1", {"{prefix}experts.mlp.w1.weight{expert}"}, {"inter", "hidden"}};
-  StackedTensorRule v1{
-      "{prefix}experts.mlp.v1", {"{prefix}experts.mlp.v1.weight{expert}"}, {"inter", "hidden"}};
-  StackedTensorRule w2{
-      "{prefix}experts.mlp.w2", {"{prefix}experts.mlp.w2.weight{expert}"}, {"hidden", "inter"}};
+  StackedTensorRule w1 = te_named("experts.mlp.w1", {"inter", "hidden"});
+  StackedTensorRule v1 = te_named("experts.mlp.v1", {"inter", "hidden"});
+  StackedTensorRule w2 = te_named("experts.mlp.w2", {"hidden", "inter"});
   w1.folded = v1.folded = w2.folded = true;
   w2.transposed = true;
   r.tensors = {w1, v1, w2};

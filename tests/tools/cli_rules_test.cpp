@@ -187,6 +187,13 @@ TEST_F(CliRulesTest, StackedOnlyFamilyRefusesPerExpertWithoutTe) {
             (Shape{8, 6}));
   EXPECT_TRUE(te.at("model.layers.0.conv.conv1d.weight")
                   .bit_equal(llama4_experts().at("model.layers.0.conv.conv1d.weight")));
+  // The same through the .pt writer, whose reading thread also computes each record's CRC-32 over
+  // the transposed bytes.
+  r = run({"convert", in.string(), path("te.pt"), "--layout", "per-expert", "--rules", "te"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_dict(load_checkpoint(path("te.pt")).tensors, te);
+  r = run({"verify", path("te.pt"), in.string(), "--rules", "llama4_text"});  // CRCs checked
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
   r = run({"convert", path("te"), path("back"), "--layout", "single"});  // config.json was copied
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_dict(load_checkpoint(path("back")).tensors, llama4_experts());
