@@ -20,13 +20,20 @@ struct Claim {
   bool unit_dim;
 };
 
+// A candidate that failed its checks, or a conflict, at its first entry's dict position.
+struct ScanProblem {
+  size_t position;
+  size_t set;  // the candidate's set; the number of sets for a conflict
+  Error error;
+};
+
 // Gathers the claims of every key into candidates, one per (set, canonical prefix).
 class Claims {
  public:
   Claims(const StateDict& dict, const std::vector<CompiledRules>& sets, bool explicit_rules)
       : dict_(dict), sets_(sets), explicit_(explicit_rules) {}
 
-  void run(std::vector<std::pair<size_t, Error>>& problems);
+  void run(std::vector<ScanProblem>& problems);
   std::vector<Candidate>& candidates() { return candidates_; }
 
  private:
@@ -103,7 +110,7 @@ Error Claims::conflict(const Entry& e, const std::vector<Claim>& claims) const {
   return Error(ErrorCode::RuleConflict, "entry " + quote(e.first) + " is claimed by " + who);
 }
 
-void Claims::run(std::vector<std::pair<size_t, Error>>& problems) {
+void Claims::run(std::vector<ScanProblem>& problems) {
   size_t pos = 0;
   for (const Entry& e : dict_) {
     std::vector<Claim> claims = claims_of(e, pos);
@@ -111,7 +118,7 @@ void Claims::run(std::vector<std::pair<size_t, Error>>& problems) {
       const bool same_set = std::all_of(claims.begin(), claims.end(),
                                         [&](const Claim& c) { return c.set == claims[0].set; });
       if (explicit_ || same_set) {
-        problems.emplace_back(pos++, conflict(e, claims));
+        problems.push_back({pos++, sets_.size(), conflict(e, claims)});
         continue;
       }
       claims.resize(1);  // detected sets: the first set wins
@@ -198,7 +205,7 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
                         bool explicit_rules) {
   ModuleScan out;
   out.matched.assign(sets.size(), false);
-  std::vector<std::pair<size_t, Error>> problems;  // (dict position, problem)
+  std::vector<ScanProblem> problems;
   Claims claims(dict, sets, explicit_rules);
   claims.run(problems);
   std::vector<Candidate>& candidates = claims.candidates();
@@ -213,7 +220,7 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
     const CandidateTensor& anchor = c.tensors[0];
     if (anchor.stacked == nullptr && !anchor.per_expert()) {
       if (std::optional<Error> e = orphan_problem(c, set)) {
-        problems.emplace_back(c.first_entry, *e);
+        problems.push_back({c.first_entry, c.set, *e});
         out.matched[c.set] = true;
       }
       continue;
@@ -240,15 +247,18 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
     std::optional<Error> problem;
     std::optional<FoundModule> m = check_candidate(c, c.set, set, folded_experts, problem);
     if (!m) {
-      problems.emplace_back(c.first_entry, *problem);
+      problems.push_back({c.first_entry, c.set, *problem});
       continue;
     }
     out.scan.modules.push_back(report(c, *m, set, key_at));
     out.found.push_back(std::move(*m));
   }
   std::stable_sort(problems.begin(), problems.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [p, e] : problems) out.scan.problems.push_back(std::move(e));
+                   [](const auto& a, const auto& b) { return a.position < b.position; });
+  for (ScanProblem& p : problems) {
+    out.problem_sets.push_back(p.set);
+    out.scan.problems.push_back(std::move(p.error));
+  }
   return out;
 }
 

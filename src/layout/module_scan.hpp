@@ -22,6 +22,9 @@ struct ModuleScan {
   GroupedScan scan;                // modules[i] describes found[i]
   std::vector<FoundModule> found;  // the consistent modules, in dict order
   std::vector<bool> matched;       // per rule set: some module (or problem) used it
+  // Per scan.problems[i]: the index of the set whose candidate it is (sets.size() for a
+  // RuleConflict, which is no one set's).
+  std::vector<size_t> problem_sets;
 };
 
 // Scans `dict` with `sets`. With `explicit_rules`, a key two sets claim is a RuleConflict, and a

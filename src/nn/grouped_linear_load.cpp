@@ -1,7 +1,8 @@
 // GroupedLinear's part of load_state_dict: accept per-expert or single-layout entries whatever
-// the module's own layout, check everything, and plan at most one copy of each byte. Which
-// names are expert entries is the one rule of src/layout/expert_names.hpp, shared with the
-// checkpoint scan of `grouplin inspect` and `convert`.
+// the module's own layout, check them against the module (its expert count and shapes, which the
+// layout rules that brought the entries into this form cannot know), and plan at most one copy
+// of each byte. Which names are expert entries is the one rule of src/layout/expert_names.hpp,
+// shared with the checkpoint scan of `grouplin inspect` and `convert`.
 #include <map>
 #include <optional>
 

@@ -69,13 +69,14 @@ StateDict Module::state_dict(const std::string& prefix) const {
 namespace {
 
 // What the modules load from: the entries under the prefix (a broken module elsewhere in a
-// whole-model dict is not this load's), as they are, or, when rules other than te's name their
-// experts (or a slice is asked for), through those rules in the form GroupedLinear loads
-// (layout::Target::Load). A Hugging Face set's stacked tensor P.gate_up_proj is then the weight
-// of a GroupedLinear at P.gate_up_proj; a stacked-only family stored transposed arrives under
-// TransformerEngine's per-expert names (P.gate_up_proj.weight{i}), already in [out, in].
+// whole-model dict is not this load's), through the same layout rules as convert and inspect, in
+// the form GroupedLinear loads (layout::Target::Load). TransformerEngine's names are that form
+// already; a Hugging Face set's stacked tensor P.gate_up_proj becomes the weight of a
+// GroupedLinear at P.gate_up_proj; a stacked-only family stored transposed arrives under
+// TransformerEngine's per-expert names (P.gate_up_proj.weight{i}), already in [out, in]. What
+// only the module knows (its expert count and shapes) it checks itself (grouped_linear_load.cpp).
 PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
-  std::vector<LayoutRules> rules =
+  const std::vector<LayoutRules> rules =
       options.rules.empty() ? detect_rules(dict, options.model_type) : options.rules;
   StateDict under;
   const StateDict* own = &dict;
@@ -90,11 +91,7 @@ PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
       if (in) under.insert(name, t);
     }
     own = &under;
-    if (options.rules.empty()) rules = detect_rules(*own, options.model_type);
   }
-  bool other_rules = false;
-  for (const LayoutRules& r : rules) other_rules = other_rules || r.name != "te";
-  if (!other_rules && !options.experts && options.rules.empty()) return PlannedDict(*own);
   ConversionPlan plan = layout::plan(*own, layout::Target::Load,
                                      {options.rules, options.model_type, options.experts});
   std::unordered_map<std::string, std::string> renames;
