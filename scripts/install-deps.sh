@@ -12,7 +12,7 @@ debian_packages=(
   g++-aarch64-linux-gnu qemu-user
   libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
   libsimde-dev
-  python3-venv python3-numpy python3-torch
+  python3-venv python3-numpy python3-torch python3-packaging
   gnuplot-nox
 )
 
@@ -37,9 +37,13 @@ if [[ ! -x $venv/bin/python ]]; then
   echo "install-deps: creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
-if ! "$venv/bin/python" -c 'import safetensors, ml_dtypes, torch, numpy' 2>/dev/null; then
+# ml_dtypes 0.5 and safetensors 0.6 are the first with F8_E8M0 (MX scales); both run on Debian's
+# numpy 1.24.
+peers_ok='import safetensors, safetensors.torch, ml_dtypes, torch, numpy
+assert safetensors.__version__ == "0.6.2" and ml_dtypes.__version__ == "0.5.1"'
+if ! "$venv/bin/python" -c "$peers_ok" 2>/dev/null; then
   echo "install-deps: installing Python test peers into $venv"
   # Pins keep numpy from being upgraded past what Debian's torch was built against.
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    "safetensors==0.4.5" "ml_dtypes==0.4.1" "numpy==$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')"
+    "safetensors==0.6.2" "ml_dtypes==0.5.1" "numpy==$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')"
 fi

@@ -23,6 +23,7 @@ enum class DType : uint8_t {
   BF16,
   F8_E4M3,  // "e4m3fn": no infinities, NaN is S.1111.111, max 448
   F8_E5M2,  // IEEE-like: infinities and NaNs, max 57344
+  F8_E8M0,  // "e8m0fnu": MX block scales, 2^(bits - 127); no sign, no zero, 0xFF is NaN
   F64,
   BOOL,
   U8,
@@ -36,9 +37,9 @@ enum class DType : uint8_t {
 };
 
 inline constexpr DType kAllDTypes[] = {
-    DType::F32, DType::F16,  DType::BF16, DType::F8_E4M3, DType::F8_E5M2,
-    DType::F64, DType::BOOL, DType::U8,   DType::I8,      DType::I16,
-    DType::U16, DType::I32,  DType::U32,  DType::I64,     DType::U64,
+    DType::F32, DType::F16,  DType::BF16, DType::F8_E4M3, DType::F8_E5M2, DType::F8_E8M0,
+    DType::F64, DType::BOOL, DType::U8,   DType::I8,      DType::I16,     DType::U16,
+    DType::I32, DType::U32,  DType::I64,  DType::U64,
 };
 
 // Bytes per element.
@@ -47,14 +48,17 @@ size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
 // Parses the safetensors spelling; nullopt for anything else (case-sensitive).
 std::optional<DType> dtype_from_name(std::string_view name);
-// True for F32, F16, BF16, F8_E4M3, F8_E5M2 and F64.
+// True for F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0 and F64.
 bool is_float(DType t);
 
 // Scalar conversions. Narrowing rounds once to nearest, ties to even, bit for bit as ml_dtypes
 // does from F32: NaN becomes the quiet NaN of the target with the input's sign; BF16, F16 and
 // F8_E5M2 overflow to infinity; F8_E4M3 (no infinity) rounds magnitudes up to 464 to 448 and
-// those beyond to NaN. Widening is exact. (bf16_to_f32 is inline: the kernels' packing loops call
-// it per element, and as a call it was 8% of a BF16 wgrad.)
+// those beyond to NaN; F8_E8M0 (powers of two) rounds up from 1.5 x 2^e, turns zero, negatives,
+// infinities and magnitudes from 1.5 x 2^127 up into its NaN, magnitudes up to 2^-127 into
+// 2^-127 and those between 2^-127 and 2^-126 into 2^-126 (as ml_dtypes 0.5.1). Widening is exact.
+// (bf16_to_f32 is inline: the kernels' packing loops call it per element, and as a call it was 8%
+// of a BF16 wgrad.)
 inline float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(uint32_t{bits} << 16); }
 uint16_t f32_to_bf16(float value);
 float f16_to_f32(uint16_t bits);
@@ -63,6 +67,8 @@ float f8e4m3_to_f32(uint8_t bits);
 uint8_t f32_to_f8e4m3(float value);
 float f8e5m2_to_f32(uint8_t bits);
 uint8_t f32_to_f8e5m2(float value);
+float f8e8m0_to_f32(uint8_t bits);
+uint8_t f32_to_f8e8m0(float value);
 
 // Converts n elements between two float dtypes (F64 included; same dtype is a plain copy).
 // F64 sources are rounded once, directly (ml_dtypes rounds them twice, through F32).

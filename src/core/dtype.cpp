@@ -37,6 +37,7 @@ size_t dtype_size(DType t) {
       return 2;
     case DType::F8_E4M3:
     case DType::F8_E5M2:
+    case DType::F8_E8M0:
     case DType::BOOL:
     case DType::U8:
     case DType::I8:
@@ -57,6 +58,8 @@ std::string_view dtype_name(DType t) {
       return "F8_E4M3";
     case DType::F8_E5M2:
       return "F8_E5M2";
+    case DType::F8_E8M0:
+      return "F8_E8M0";
     case DType::F64:
       return "F64";
     case DType::BOOL:
@@ -95,6 +98,7 @@ bool is_float(DType t) {
     case DType::BF16:
     case DType::F8_E4M3:
     case DType::F8_E5M2:
+    case DType::F8_E8M0:
     case DType::F64:
       return true;
     default:

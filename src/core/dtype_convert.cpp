@@ -3,7 +3,7 @@
 // Narrowing rounds once, to nearest with ties to even, straight from the source value: F64 is
 // never rounded to F32 first (that would round twice and can land one ulp off). From F32 the
 // results match ml_dtypes (numpy for F16) bit for bit; every narrowing returns the canonical
-// quiet NaN with the input's sign. From F64 they differ from ml_dtypes 0.4.1, which does round
+// quiet NaN with the input's sign. From F64 they differ from ml_dtypes (0.5.1), which does round
 // F64 to F32 first. tests/core/dtype_test.cpp checks every bit pattern and every tie.
 //
 // The narrow formats, as sign | exponent | fraction bits (bias in brackets):
@@ -11,6 +11,7 @@
 //   F16      1 | 5 | 10 (15)    IEEE binary16
 //   F8_E5M2  1 | 5 | 2  (15)    IEEE-like, F16 with the low 8 bits cut off
 //   F8_E4M3  1 | 4 | 3  (7)     "fn": no infinities; S.1111.111 is NaN; max 448
+//   F8_E8M0  0 | 8 | 0  (127)   MX scales: powers of two only, no zero; 0xFF is NaN
 
 #include <algorithm>
 #include <bit>
@@ -159,6 +160,27 @@ inline uint32_t narrow_from_f64(double value, const NarrowFormat& f) {
   return sign | round_f64_magnitude(magnitude, f);
 }
 
+// F8_E8M0 from a positive finite value 2^e x 1.f: 2^e, or 2^(e+1) from 1.5 x 2^e up; NaN (0xFF)
+// past 2^127. Below 2^-126 it follows ml_dtypes (0.5.1), which takes such a value through an
+// F32 subnormal: 2^-127 and below give 2^-127 (code 0, as the format has no zero), anything
+// between 2^-127 and 2^-126 rounds up to 2^-126. The callers send zero, negatives, infinities and
+// NaNs to 0xFF.
+inline uint8_t e8m0_from_power(int64_t unbiased_exponent, bool upper_half, bool fraction_nonzero) {
+  if (unbiased_exponent < -127) return 0;
+  if (unbiased_exponent == -127) return fraction_nonzero ? 1 : 0;
+  const int64_t code = unbiased_exponent + 127 + (upper_half ? 1 : 0);
+  return code >= 255 ? 0xff : static_cast<uint8_t>(code);
+}
+
+uint8_t f64_to_f8e8m0(double value) {
+  const uint64_t bits = std::bit_cast<uint64_t>(value);
+  if ((bits & kF64SignBit) != 0 || bits == 0 || bits >= kF64Infinity) return 0xff;
+  const auto exponent = static_cast<int64_t>(bits >> 52);
+  if (exponent == 0) return 0;  // an F64 subnormal, far below 2^-127
+  const uint64_t fraction = bits & 0xfffffffffffffull;
+  return e8m0_from_power(exponent - 1023, (fraction >> 51) != 0, fraction != 0);
+}
+
 // ---- Unaligned element access: tensors may sit at any byte offset in a mapped file. ----
 
 template <typename T>
@@ -178,6 +200,7 @@ inline void store(unsigned char* base, size_t i, T v) {
 struct F8DecodeTables {
   float e4m3[256];
   float e5m2[256];
+  float e8m0[256];
 };
 
 const F8DecodeTables& f8_decode_tables() {
@@ -186,6 +209,7 @@ const F8DecodeTables& f8_decode_tables() {
     for (int bits = 0; bits < 256; ++bits) {
       t.e4m3[bits] = f8e4m3_to_f32(static_cast<uint8_t>(bits));
       t.e5m2[bits] = f8e5m2_to_f32(static_cast<uint8_t>(bits));
+      t.e8m0[bits] = f8e8m0_to_f32(static_cast<uint8_t>(bits));
     }
     return t;
   }();
@@ -214,6 +238,11 @@ void decode_to_f32(const unsigned char* in, DType from, unsigned char* out, size
       for (size_t i = 0; i < n; ++i) store(out, i, table[in[i]]);
       return;
     }
+    case DType::F8_E8M0: {
+      const float* table = f8_decode_tables().e8m0;
+      for (size_t i = 0; i < n; ++i) store(out, i, table[in[i]]);
+      return;
+    }
     default:
       return;  // not reached: convert_elements dispatches F64 and non-floats elsewhere
   }
@@ -239,6 +268,9 @@ void encode_from_f32(const unsigned char* in, unsigned char* out, DType to, size
       return;
     case DType::F8_E5M2:
       for (size_t i = 0; i < n; ++i) out[i] = f32_to_f8e5m2(load<float>(in, i));
+      return;
+    case DType::F8_E8M0:
+      for (size_t i = 0; i < n; ++i) out[i] = f32_to_f8e8m0(load<float>(in, i));
       return;
     default:
       return;  // not reached
@@ -270,6 +302,9 @@ void encode_from_f64(const unsigned char* in, unsigned char* out, DType to, size
       for (size_t i = 0; i < n; ++i) {
         out[i] = static_cast<uint8_t>(narrow_from_f64(load<double>(in, i), kF8E5M2));
       }
+      return;
+    case DType::F8_E8M0:
+      for (size_t i = 0; i < n; ++i) out[i] = f64_to_f8e8m0(load<double>(in, i));
       return;
     default:
       return;  // not reached
@@ -333,15 +368,30 @@ float f8e5m2_to_f32(uint8_t bits) {
 
 uint8_t f32_to_f8e5m2(float value) { return static_cast<uint8_t>(narrow_from_f32(value, kF8E5M2)); }
 
+float f8e8m0_to_f32(uint8_t bits) {
+  if (bits == 0xff) return std::bit_cast<float>(kF32QuietNaN);
+  if (bits == 0) return 0x1p-127f;  // an F32 subnormal
+  return std::bit_cast<float>(uint32_t{bits} << 23);
+}
+
+uint8_t f32_to_f8e8m0(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & kF32SignBit) != 0 || bits == 0 || bits >= kF32Infinity) return 0xff;
+  const uint32_t exponent = bits >> 23;
+  if (exponent == 0) return bits > 0x400000 ? 1 : 0;  // an F32 subnormal: above 2^-127 goes up
+  return e8m0_from_power(int64_t{exponent} - 127, (bits & 0x400000) != 0, false);
+}
+
 // ---- Arrays ----
 
 void convert_elements(const void* src, DType from, void* dst, DType to, size_t n) {
   if (!is_float(from) || !is_float(to)) {
     const DType bad = is_float(from) ? to : from;
-    throw Error(ErrorCode::UnsupportedConversion,
-                "converting elements from " + std::string(dtype_name(from)) + " to " +
-                    std::string(dtype_name(to)) + ": " + std::string(dtype_name(bad)) +
-                    " is not a float type; expected F32, F16, BF16, F8_E4M3, F8_E5M2 or F64");
+    throw Error(
+        ErrorCode::UnsupportedConversion,
+        "converting elements from " + std::string(dtype_name(from)) + " to " +
+            std::string(dtype_name(to)) + ": " + std::string(dtype_name(bad)) +
+            " is not a float type; expected F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0 or F64");
   }
   if (n == 0) return;
   const auto* in = static_cast<const unsigned char*>(src);

@@ -37,7 +37,8 @@ std::string element_text(const std::byte* p, DType t) {
     case DType::F16:
     case DType::BF16:
     case DType::F8_E4M3:
-    case DType::F8_E5M2: {
+    case DType::F8_E5M2:
+    case DType::F8_E8M0: {
       float v = 0;
       convert_elements(p, t, &v, DType::F32, 1);
       std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));

@@ -42,6 +42,7 @@ constexpr AllowedGlobal kAllowedGlobals[] = {
     {"torch.bfloat16", GlobalKind::DTypeTag, DType::BF16},
     {"torch.float8_e4m3fn", GlobalKind::DTypeTag, DType::F8_E4M3},
     {"torch.float8_e5m2", GlobalKind::DTypeTag, DType::F8_E5M2},
+    {"torch.float8_e8m0fnu", GlobalKind::DTypeTag, DType::F8_E8M0},
     {"torch.int64", GlobalKind::DTypeTag, DType::I64},
     {"torch.int32", GlobalKind::DTypeTag, DType::I32},
     {"torch.int16", GlobalKind::DTypeTag, DType::I16},
@@ -59,7 +60,7 @@ constexpr std::string_view kUnsupportedTypes[] = {
     "torch.ComplexFloatStorage", "torch.ComplexDoubleStorage", "torch.QInt8Storage",
     "torch.QUInt8Storage", "torch.QInt32Storage", "torch.QUInt4x2Storage", "torch.QUInt2x4Storage",
     "torch.complex32", "torch.complex64", "torch.complex128", "torch.float8_e4m3fnuz",
-    "torch.float8_e5m2fnuz", "torch.float8_e8m0fnu", "torch.float4_e2m1fn_x2", "torch.bits8",
+    "torch.float8_e5m2fnuz", "torch.float4_e2m1fn_x2", "torch.bits8",
     "torch.bits16", "torch.bits1x8", "torch.bits2x4", "torch.bits4x2", "torch.qint8",
     "torch.quint8", "torch.qint32", "torch.quint4x2", "torch.quint2x4",
 };

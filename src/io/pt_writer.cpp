@@ -59,6 +59,8 @@ TorchType torch_type(DType t, const std::string& context, const std::string& nam
       return {nullptr, "float8_e4m3fn"};
     case DType::F8_E5M2:
       return {nullptr, "float8_e5m2"};
+    case DType::F8_E8M0:
+      return {nullptr, "float8_e8m0fnu"};
     case DType::U16:
       return {nullptr, "uint16"};
     case DType::U32:

@@ -28,26 +28,28 @@ int reference_rank(DType t) {
       return 3;
     case DType::F8_E4M3:
       return 4;
-    case DType::I16:
+    case DType::F8_E8M0:
       return 5;
-    case DType::U16:
+    case DType::I16:
       return 6;
-    case DType::F16:
+    case DType::U16:
       return 7;
-    case DType::BF16:
+    case DType::F16:
       return 8;
-    case DType::I32:
+    case DType::BF16:
       return 9;
-    case DType::U32:
+    case DType::I32:
       return 10;
-    case DType::F32:
+    case DType::U32:
       return 11;
-    case DType::F64:
+    case DType::F32:
       return 12;
-    case DType::I64:
+    case DType::F64:
       return 13;
-    case DType::U64:
+    case DType::I64:
       return 14;
+    case DType::U64:
+      return 15;
   }
   return -1;
 }

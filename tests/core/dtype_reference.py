@@ -6,7 +6,7 @@ Writes raw little-endian arrays, named with the safetensors dtype spellings:
   OUT_DIR/src_<FROM>.bin        the source values of type FROM
   OUT_DIR/ref_<FROM>_<TO>.bin   those values converted to TO (every float TO other than FROM)
 
-Sources: every bit pattern of BF16, F16, F8_E4M3 and F8_E5M2; for F32 and F64 every finite value
+Sources: every bit pattern of BF16, F16, F8_E4M3, F8_E5M2 and F8_E8M0; for F32 and F64 every finite value
 of each narrow type, every tie between neighbours, values next to the ties, values around
 overflow and underflow, zeros, infinities, NaNs (all with both signs), plus random bit patterns
 with a fixed seed.
@@ -17,14 +17,15 @@ How each reference value is obtained:
     from numpy's direct cast only for signalling NaNs: numpy keeps them signalling, the F32 ->
     F64 step (hardware, as in GroupLin and in ml_dtypes' BF16/F8 casts) sets the quiet bit.
   * F64 -> F16: numpy's astype, which rounds once, directly from F64.
-  * F64 -> BF16 / F8: ml_dtypes 0.4.1 converts F64 by way of F32, rounding twice; GroupLin
+  * F64 -> BF16 / F8: ml_dtypes (0.5.1) converts F64 by way of F32, rounding twice; GroupLin
     rounds once. The reference rounds F64 to F32 with round-to-odd (truncate; set the lowest
     bit when inexact), then uses ml_dtypes. Round-to-odd into a format with at least two more
     bits than the target makes the second rounding exact (Boldo & Melquiond, 2008); F32 has 24
     bits, the targets at most 11. This script checks the method against numpy's direct F64 -> F16
     and against a few values worked out by hand, and exits non-zero if it disagrees.
   * NaN: numpy's F16 cast keeps a truncated NaN payload; ml_dtypes (BF16, F8) and GroupLin return
-    the canonical quiet NaN with the input's sign. F16 NaN results are set to that (0x7E00 | sign)
+    the canonical quiet NaN with the input's sign (F8_E8M0, unsigned: 0xFF). F16 NaN results are
+    set to that (0x7E00 | sign)
     so that the C++ test can compare every bit.
 """
 
@@ -39,6 +40,7 @@ NARROW = {
     "F16": (np.float16, np.uint16),
     "F8_E4M3": (ml_dtypes.float8_e4m3fn, np.uint8),
     "F8_E5M2": (ml_dtypes.float8_e5m2, np.uint8),
+    "F8_E8M0": (ml_dtypes.float8_e8m0fnu, np.uint8),  # ml_dtypes >= 0.5
 }
 WIDE = {"F32": (np.float32, np.uint32), "F64": (np.float64, np.uint64)}
 ALL = {**NARROW, **WIDE}
@@ -140,6 +142,9 @@ def self_check(f64_sources):
         ("F8_E4M3", 1 + 2.0**-4 + 2.0**-40, 0x39),
         ("F8_E5M2", 1 + 2.0**-3 + 2.0**-40, 0x3D),
         ("F8_E4M3", 464.0, 0x7E),  # tie between 448 and 480 (NaN pattern): even, 448
+        ("F8_E8M0", 1.5 - 2.0**-40, 0x7F),  # just below 1.5: 2^0
+        ("F8_E8M0", 1.5 + 2.0**-40, 0x80),  # just above: 2^1
+        ("F8_E8M0", 0.0, 0xFF),  # no zero: NaN
     ]
     for dst, value, expected in hand:
         got = int(convert(np.array([value]), "F64", dst)[0])

@@ -29,9 +29,10 @@ static_assert(std::endian::native == std::endian::little, "the reference files a
 
 using Bytes = std::vector<unsigned char>;
 
-constexpr DType kFloatTypes[] = {DType::F32,     DType::F16,     DType::BF16,
-                                 DType::F8_E4M3, DType::F8_E5M2, DType::F64};
-constexpr DType kNarrowTypes[] = {DType::F16, DType::BF16, DType::F8_E4M3, DType::F8_E5M2};
+constexpr DType kFloatTypes[] = {DType::F32,     DType::F16,     DType::BF16, DType::F8_E4M3,
+                                 DType::F8_E5M2, DType::F8_E8M0, DType::F64};
+constexpr DType kNarrowTypes[] = {DType::F16, DType::BF16, DType::F8_E4M3, DType::F8_E5M2,
+                                  DType::F8_E8M0};
 
 // The reference tables, produced once per process by running the Python script.
 struct ReferenceTables {
@@ -147,6 +148,9 @@ Bytes decode_with_scalar_function(DType from, const Bytes& src) {
       case DType::F8_E5M2:
         v = f8e5m2_to_f32(static_cast<uint8_t>(bits));
         break;
+      case DType::F8_E8M0:
+        v = f8e8m0_to_f32(static_cast<uint8_t>(bits));
+        break;
       default:
         ADD_FAILURE() << "not a narrow type";
         break;
@@ -175,6 +179,9 @@ Bytes encode_with_scalar_function(const Bytes& src, DType to) {
         break;
       case DType::F8_E5M2:
         bits = f32_to_f8e5m2(v);
+        break;
+      case DType::F8_E8M0:
+        bits = f32_to_f8e8m0(v);
         break;
       default:
         ADD_FAILURE() << "not a narrow type";
@@ -250,6 +257,24 @@ TEST(DTypeConvertTest, F8E4M3SaturatesToMaxUpToTheTieThenGivesNaN) {
   EXPECT_TRUE(std::isnan(f8e4m3_to_f32(0x7F)));
   EXPECT_EQ(f8e4m3_to_f32(0x7E), 448.0f);
   EXPECT_EQ(f8e4m3_to_f32(0x01), 0x1p-9f);
+}
+
+// MX scales: powers of two with no sign and no zero; what they cannot hold is NaN (0xFF).
+TEST(DTypeConvertTest, F8E8M0IsTwoToTheCodeMinus127) {
+  for (int code = 1; code < 255; ++code) {
+    EXPECT_EQ(f8e8m0_to_f32(static_cast<uint8_t>(code)), std::ldexp(1.0f, code - 127)) << code;
+  }
+  EXPECT_EQ(f8e8m0_to_f32(0), 0x1p-127f);  // F32 subnormal
+  EXPECT_TRUE(std::isnan(f8e8m0_to_f32(0xFF)));
+  EXPECT_EQ(f32_to_f8e8m0(1.0f), 127);
+  EXPECT_EQ(f32_to_f8e8m0(std::nextafter(1.5f, 0.0f)), 127);
+  EXPECT_EQ(f32_to_f8e8m0(1.5f), 128);     // the midpoint goes up
+  EXPECT_EQ(f32_to_f8e8m0(0x1p-149f), 0);  // nothing is below 2^-127
+  EXPECT_EQ(f32_to_f8e8m0(0x1p-127f), 0);
+  EXPECT_EQ(f32_to_f8e8m0(std::nextafter(0x1p-127f, 1.0f)), 1);  // ml_dtypes: up from here
+  EXPECT_EQ(f32_to_f8e8m0(0x1p127f), 254);
+  EXPECT_EQ(f32_to_f8e8m0(0x1.8p127f), 0xFF);
+  for (float v : {0.0f, -0.0f, -1.0f, INFINITY, NAN}) EXPECT_EQ(f32_to_f8e8m0(v), 0xFF) << v;
 }
 
 TEST(DTypeConvertTest, IeeeFormatsOverflowToInfinityAndKeepSignedZero) {
@@ -343,17 +368,18 @@ TEST(DTypeConvertTest, NonFloatTypeThrowsUnsupportedConversion) {
 
 TEST(DTypeTest, SizeOfEveryType) {
   const std::map<DType, size_t> expected = {
-      {DType::F32, 4}, {DType::F16, 2},  {DType::BF16, 2}, {DType::F8_E4M3, 1}, {DType::F8_E5M2, 1},
-      {DType::F64, 8}, {DType::BOOL, 1}, {DType::U8, 1},   {DType::I8, 1},      {DType::I16, 2},
-      {DType::U16, 2}, {DType::I32, 4},  {DType::U32, 4},  {DType::I64, 8},     {DType::U64, 8},
+      {DType::F32, 4},     {DType::F16, 2},     {DType::BF16, 2}, {DType::F8_E4M3, 1},
+      {DType::F8_E5M2, 1}, {DType::F8_E8M0, 1}, {DType::F64, 8},  {DType::BOOL, 1},
+      {DType::U8, 1},      {DType::I8, 1},      {DType::I16, 2},  {DType::U16, 2},
+      {DType::I32, 4},     {DType::U32, 4},     {DType::I64, 8},  {DType::U64, 8},
   };
   ASSERT_EQ(expected.size(), std::size(kAllDTypes));
   for (DType t : kAllDTypes) EXPECT_EQ(dtype_size(t), expected.at(t)) << dtype_name(t);
 }
 
 TEST(DTypeTest, NamesAreSafetensorsSpellingsAndRoundTrip) {
-  const char* expected[] = {"F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F64", "BOOL", "U8",
-                            "I8",  "I16", "U16",  "I32",     "U32",     "I64", "U64"};
+  const char* expected[] = {"F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F64", "BOOL",
+                            "U8",  "I8",  "I16",  "U16",     "I32",     "U32",     "I64", "U64"};
   ASSERT_EQ(std::size(expected), std::size(kAllDTypes));
   for (size_t i = 0; i < std::size(kAllDTypes); ++i) {
     EXPECT_EQ(dtype_name(kAllDTypes[i]), expected[i]);

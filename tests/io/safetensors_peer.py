@@ -31,6 +31,7 @@ DTYPES = {
     "I8": ("int8", np.int8, torch.int8),
     "F8_E5M2": ("float8_e5m2", ml_dtypes.float8_e5m2, None),
     "F8_E4M3": ("float8_e4m3fn", ml_dtypes.float8_e4m3fn, None),
+    "F8_E8M0": ("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu, None),  # safetensors >= 0.6
     "I16": ("int16", np.int16, torch.int16),
     "U16": ("uint16", np.uint16, None),
     "F16": ("float16", np.float16, torch.float16),
