@@ -32,9 +32,13 @@
 //   the module's tensors (a bias not [out]), a stacked tensor with no experts or whose
 //   experts do not split into its parts (or its interleaved groups) ......... ShapeMismatch
 //   experts (or parts) of one tensor in different dtypes .................... DTypeMismatch
+//   FP8 scales whose shape fits no block shape of their rule over their weight's
+//   shape (ceil(out / rows) x ceil(in / cols) per part) ................ ScaleShapeMismatch
 //   a key that two rules claim ................................................ RuleConflict
 // plan_conversion with rules given explicitly also refuses a rule set that matches nothing
-// (RuleMatchedNothing).
+// (RuleMatchedNothing), and a change of layout that would fuse or split block scales where a
+// part of the weight does not end on a block boundary (ScaleBlocksUnaligned: the scales of
+// gate_proj and up_proj cannot be concatenated when I is not a multiple of the block rows).
 //
 // The functions share no state; they may run on several threads at once.
 #pragma once
@@ -67,6 +71,10 @@ struct ExpertTensor {
   bool transposed = false;
   int64_t interleave = 1;
   bool folded = false;  // the experts folded into the stored tensor's first dim (DBRX)
+  // FP8 scales: the name of the tensor they scale ("m.experts.gate_up_proj"), "" for others,
+  // and the block shape found ([128, 128], [1, 32]; [] for one scale per expert).
+  std::string scale_of;
+  std::vector<int64_t> block;
 };
 
 // One grouped module found in a state dict.

@@ -60,6 +60,8 @@ namespace grouplin {
   X(RuleMatchedNothing)         \
   X(RuleConflict)               \
   X(NoPerExpertForm)            \
+  X(ScaleShapeMismatch)         \
+  X(ScaleBlocksUnaligned)       \
   /* Files in general. */       \
   X(IoError)                    \
   X(UnknownFormat)              \

@@ -16,13 +16,15 @@
 //
 //   te           TransformerEngine / Megatron: P.weight{i} [out, in] <-> P.weight [N, out, in];
 //                P.bias{i} [out] <-> P.bias [N, out] (read also as [N, 1, out]); weight and bias
-//                each in its own layout. A stacked P.weight counts only with P._extra_state
+//                each in its own layout; FP8 scales P.weight{i}_scale_inv <->
+//                P.weight_scale_inv [N, ...] (per tensor, [128, 128] or [1, 32] MX blocks).
+//                A stacked P.weight counts only with P._extra_state
 //                beside it, unless te is asked for by name (a rank-3 weight may be a convolution)
 //   hf           Hugging Face module lists (Qwen2/3-MoE, OLMoE, DeepSeek-V2/V3, GLM4-MoE, ...):
 //                P.{E}.gate_proj.weight + P.{E}.up_proj.weight <-> P.gate_up_proj [N, 2I, H],
 //                P.{E}.down_proj.weight <-> P.down_proj [N, H, I] (transformers v5's fused form),
 //                and FP8 scales alike (P.{E}.gate_proj.weight_scale_inv <->
-//                P.gate_up_proj_scale_inv)
+//                P.gate_up_proj_scale_inv, [128, 128] blocks)
 //   hf-w1w3      the same with w1 (gate), w3 (up), w2 (down): LFM2-MoE
 //   hf-mixtral   w1/w3/w2 under "block_sparse_moe.", which the fused form renames to "mlp." in
 //                every key, the router's included: Mixtral, MiniMax
@@ -73,6 +75,14 @@ struct StackedTensorRule {
   // The stacked tensor folds the experts into its first dim: [N * rows, ...] (DBRX's w1 [N * I, H])
   // instead of [N, rows, ...]; N then comes from LayoutRules::experts_from.
   bool folded = false;
+  // When not empty ("{prefix}gate_up_proj"): this tensor holds the FP8 scales of that tensor of
+  // the set, one per block of its values, multiplied into them when dequantizing. Its parts are
+  // the scales of the weight's parts, and its shape is checked against the weight's blocks
+  // instead of `dims`: [ceil(out / rows), ceil(in / cols)] per part for a block [rows, cols].
+  std::string scale_of = {};
+  // The block shapes a scale may have, tried in order ({128, 128}: DeepSeek-V3, Qwen3-FP8;
+  // {1, 32}: MXFP8); an empty one is one scale per expert ([1] or [], Float8Tensor).
+  std::vector<std::vector<int64_t>> blocks = {};
 };
 
 // What the per-expert names of a rule set are.
@@ -149,7 +159,9 @@ std::optional<std::string> rules_for_model_type(std::string_view model_type);
 // missing fields or fields of the wrong type, a pattern without exactly one "{prefix}" at its
 // start (and, for parts, one "{expert}"), no tensors, an optional first tensor, empty parts or
 // dims, a transpose without two dims, a transpose, interleave or fold beside several parts, a
-// folded tensor without experts_from (or the reverse), a rename with an empty side.
+// folded tensor without experts_from (or the reverse), a rename with an empty side, a scale
+// (scale_of) of no other weight tensor of the set, not optional, without blocks, with blocks not
+// [] or two positive sizes, with another number of parts than its weight, or rearranged.
 LayoutRules parse_rules(std::string_view json, const std::string& source);
 // The JSON form of `rules` (docs/rules.md), fields at their defaults left out: what
 // parse_rules reads back into an equal set.

@@ -40,14 +40,20 @@ LayoutRules fused_module_lists(std::string name, std::string_view gate, std::str
   }
   weights.push_back(per_expert_name(up, "weight"));
   scales.push_back(per_expert_name(up, "weight_scale_inv"));
+  StackedTensorRule first_scales{
+      first + "_scale_inv", scales, {"inter_blocks", "hidden_blocks"}, true};
+  StackedTensorRule down_scales{"{prefix}down_proj_scale_inv",
+                                {per_expert_name(down, "weight_scale_inv")},
+                                {"hidden_blocks", "inter_blocks"},
+                                true};
+  first_scales.scale_of = first;
+  down_scales.scale_of = "{prefix}down_proj";
+  first_scales.blocks = down_scales.blocks = {{128, 128}};  // DeepSeek-V3's, Qwen3-FP8's
   r.tensors = {
       {first, weights, {"inter", "hidden"}},
       {"{prefix}down_proj", {per_expert_name(down, "weight")}, {"hidden", "inter"}},
-      {first + "_scale_inv", scales, {"inter_blocks", "hidden_blocks"}, true},
-      {"{prefix}down_proj_scale_inv",
-       {per_expert_name(down, "weight_scale_inv")},
-       {"hidden_blocks", "inter_blocks"},
-       true},
+      first_scales,
+      down_scales,
   };
   return r;
 }
@@ -125,9 +131,14 @@ LayoutRules structure(std::string_view name) {
   if (name == "te") {
     LayoutRules r;
     r.name = "te";
+    StackedTensorRule scales{
+        "{prefix}weight_scale_inv", {"{prefix}weight{expert}_scale_inv"}, {"blocks"}, true};
+    scales.scale_of = "{prefix}weight";
+    scales.blocks = {{128, 128}, {1, 32}, {}};  // DeepSeek-style, MXFP8, Float8Tensor
     r.tensors = {
         {"{prefix}weight", {"{prefix}weight{expert}"}, {"out", "in"}},
         {"{prefix}bias", {"{prefix}bias{expert}"}, {"out"}, true, true},
+        scales,
     };
     r.stacked_needs = "{prefix}_extra_state";
     return r;

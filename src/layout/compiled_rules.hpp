@@ -20,6 +20,7 @@ struct CompiledRules {
   std::vector<std::vector<KeyPattern>> parts;  // per tensor, per part
   std::optional<KeyPattern> stacked_needs;     // when rules.stacked_needs is set
   std::optional<KeyPattern> experts_from;      // when rules.experts_from is set
+  std::vector<int> scale_of;                   // per tensor: the tensor it scales, or -1
 };
 
 // Checks `rules` and compiles its patterns. Throws Error(InvalidRules) naming `source`, the field

@@ -60,9 +60,10 @@ void only_fields(const nlohmann::json& j, std::initializer_list<std::string_view
 StackedTensorRule tensor_rule(const nlohmann::json& e, const std::string& source,
                               const std::string& where) {
   if (!e.is_object()) invalid(source, where + " is not an object");
-  only_fields(
-      e, {"stacked", "parts", "dims", "optional", "unit_dim", "transposed", "interleave", "folded"},
-      source, where);
+  only_fields(e,
+              {"stacked", "parts", "dims", "optional", "unit_dim", "transposed", "interleave",
+               "folded", "scale_of", "blocks"},
+              source, where);
   StackedTensorRule t;
   t.stacked = string_field(e, "stacked", source, where);
   t.parts = string_list(e, "parts", source, where);
@@ -77,6 +78,22 @@ StackedTensorRule tensor_rule(const nlohmann::json& e, const std::string& source
       invalid(source, where + ".interleave is not an integer from 1 to 64");
     }
     t.interleave = v.get<int64_t>();
+  }
+  if (e.contains("scale_of")) t.scale_of = string_field(e, "scale_of", source, where);
+  if (e.contains("blocks")) {
+    const nlohmann::json& v = e["blocks"];
+    if (!v.is_array()) invalid(source, where + ".blocks is not an array of block shapes");
+    for (const nlohmann::json& b : v) {
+      std::vector<int64_t> block;
+      if (b.is_array()) {
+        for (const nlohmann::json& d : b) {
+          if (!d.is_number_integer()) block = {-1};  // refused by compile_rules
+          if (d.is_number_integer()) block.push_back(d.get<int64_t>());
+        }
+      }
+      if (!b.is_array()) block = {-1};
+      t.blocks.push_back(std::move(block));
+    }
   }
   return t;
 }
@@ -121,6 +138,48 @@ CompiledRules compile_rules(const LayoutRules& r, const std::string& source) {
       invalid(source, where + " interleaves " + std::to_string(t.interleave) +
                           " groups of rows but has " + std::to_string(t.parts.size()) +
                           " parts; an interleaved tensor has one part");
+    }
+  }
+  c.scale_of.assign(r.tensors.size(), -1);
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const StackedTensorRule& t = r.tensors[i];
+    const std::string where = "tensors[" + std::to_string(i) + "]";
+    if (t.scale_of.empty()) {
+      if (!t.blocks.empty()) invalid(source, where + " has blocks but is no scale (scale_of)");
+      continue;
+    }
+    for (size_t w = 0; w < r.tensors.size(); ++w) {
+      if (w != i && r.tensors[w].stacked == t.scale_of && r.tensors[w].scale_of.empty()) {
+        c.scale_of[i] = static_cast<int>(w);
+      }
+    }
+    if (c.scale_of[i] < 0) {
+      invalid(source, where + ".scale_of " + quote(t.scale_of) +
+                          " is not the stacked name of another tensor of the set that is no scale");
+    }
+    const StackedTensorRule& weight = r.tensors[static_cast<size_t>(c.scale_of[i])];
+    if (!t.optional) invalid(source, where + " is a scale but not optional (unquantized weights)");
+    if (t.parts.size() != weight.parts.size()) {
+      invalid(source, where + " has " + std::to_string(t.parts.size()) + " parts, its weight " +
+                          std::to_string(weight.parts.size()) +
+                          "; a scale has one part per part of its weight");
+    }
+    if (t.transposed || t.interleave > 1 || t.folded || t.unit_dim || weight.transposed ||
+        weight.interleave > 1 || weight.folded) {
+      invalid(source, where +
+                          " is a scale, which is stored as its weight's blocks: it cannot "
+                          "be (or scale a tensor) transposed, interleaved, folded or with a "
+                          "unit dim");
+    }
+    if (t.blocks.empty()) invalid(source, where + " is a scale without blocks");
+    for (const std::vector<int64_t>& b : t.blocks) {
+      const bool ok = b.empty() || (b.size() == 2 && b[0] >= 1 && b[1] >= 1 &&
+                                    b[0] <= (int64_t{1} << 30) && b[1] <= (int64_t{1} << 30));
+      if (!ok) {
+        invalid(source, where +
+                            ".blocks holds a block that is neither [] (per tensor) nor two "
+                            "sizes from 1 to 2^30");
+      }
     }
   }
   for (const auto& [from, to] : r.renames) {
@@ -250,6 +309,10 @@ std::string rules_to_json(const LayoutRules& r) {
     if (t.transposed) e["transposed"] = true;
     if (t.interleave > 1) e["interleave"] = t.interleave;
     if (t.folded) e["folded"] = true;
+    if (!t.scale_of.empty()) {
+      e["scale_of"] = t.scale_of;
+      e["blocks"] = t.blocks;
+    }
     j["tensors"].push_back(std::move(e));
   }
   return j.dump(2);

@@ -43,6 +43,9 @@ class Checker {
                                   int64_t n);
   // The module's expert count against the one its first tensor set.
   std::optional<Error> check_count(size_t t, int64_t n, int64_t n_module) const;
+  // Scales (tensor t) against the blocks of the weight they scale; sets their block and rows.
+  std::optional<Error> check_scale(size_t t, FoundModule& m) const;
+  bool is_scale(size_t t) const { return compiled_.scale_of[t] >= 0; }
 
   const Candidate& c_;
   const LayoutRules& rules_;
@@ -88,6 +91,13 @@ std::optional<Error> Checker::check_stacked(size_t t, FoundTensor& out, int64_t&
     return fail(ErrorCode::ShapeMismatch,
                 what + ": no experts (a grouped module has at least one)");
   }
+  if (is_scale(t)) {  // rows per part come from the weight's blocks (check_scale)
+    out.stacked = ct.stacked;
+    out.part_shape = expert;
+    out.part_rows = {expert.empty() ? 1 : expert[0]};
+    out.part_rows.resize(static_cast<size_t>(nparts), 0);
+    return std::nullopt;
+  }
   if (rule.transposed) std::swap(expert[0], expert[1]);  // stored [in, out]
   if (expert[0] % nparts != 0) {
     return fail(ErrorCode::ShapeMismatch, what + ": " + std::to_string(expert[0]) +
@@ -128,11 +138,11 @@ std::optional<Error> Checker::check_per_expert(size_t t, FoundTensor& out, int64
       return fail(ErrorCode::PartialExpertSet,
                   "has " + std::to_string(part.size()) + " experts of " + quote(first_key) +
                       " up to " + quote(part.rbegin()->second->first) + " but lacks " +
-                      missing_list(part, n, compiled_.parts[t][p]));
+                      missing_list(part, n, compiled_.parts[t][p], prefix_for_messages()));
     }
   }
   const Tensor& t0 = first->second;
-  if (t0.rank() != rule.dims.size()) {
+  if (t0.rank() != rule.dims.size() && !is_scale(t)) {
     return fail(ErrorCode::ShapeMismatch, quote(first->first) + " has shape " +
                                               shape_to_string(t0.shape()) + ", expected " +
                                               dims_text(rule.dims));
@@ -223,10 +233,11 @@ std::optional<Error> Checker::check_count(size_t t, int64_t n, int64_t n_module)
                                                  " but only " + std::to_string(n_module) +
                                                  " experts");
   }
-  return fail(ErrorCode::PartialExpertSet,
-              "has " + quote(compiled_.stacked[t].format(c_.canonical)) + " entries for " +
-                  std::to_string(n) + " of its " + std::to_string(n_module) + " experts; lacks " +
-                  missing_list(ct.parts[0], n_module, compiled_.parts[t][0]));
+  return fail(
+      ErrorCode::PartialExpertSet,
+      "has " + quote(compiled_.stacked[t].format(c_.canonical)) + " entries for " +
+          std::to_string(n) + " of its " + std::to_string(n_module) + " experts; lacks " +
+          missing_list(ct.parts[0], n_module, compiled_.parts[t][0], prefix_for_messages()));
 }
 
 std::optional<FoundModule> Checker::check(std::optional<Error>& problem) {
@@ -270,8 +281,8 @@ std::optional<FoundModule> Checker::check(std::optional<Error>& problem) {
     if ((problem = check_tensor(t, out, n))) return std::nullopt;
     if (n_module < 0) n_module = n;
     if ((problem = check_count(t, n, n_module))) return std::nullopt;
-    // Dims agree across the module's tensors, part by part.
-    for (size_t p = 0; p < rules_.tensors[t].parts.size(); ++p) {
+    // Dims agree across the module's tensors, part by part; scales go by their weight's blocks.
+    for (size_t p = 0; p < rules_.tensors[t].parts.size() && !is_scale(t); ++p) {
       Shape part_shape = out.part_shape;
       if (!part_shape.empty()) part_shape[0] = out.part_rows[p];
       const Entry* e = stacked ? ct.stacked : ct.parts[p].begin()->second;
@@ -279,7 +290,88 @@ std::optional<FoundModule> Checker::check(std::optional<Error>& problem) {
     }
   }
   m.num_experts = n_module;
+  for (size_t t = 0; t < rules_.tensors.size(); ++t) {
+    if (is_scale(t) && m.tensors[t].present && (problem = check_scale(t, m))) return std::nullopt;
+  }
   return m;
+}
+
+std::optional<Error> Checker::check_scale(size_t t, FoundModule& m) const {
+  const auto w = static_cast<size_t>(compiled_.scale_of[t]);
+  const StackedTensorRule& rule = rules_.tensors[t];
+  FoundTensor& scales = m.tensors[t];
+  const FoundTensor& weight = m.tensors[w];
+  const CandidateTensor& ct = c_.tensors[t];
+  const Entry* scale_entry = ct.stacked != nullptr ? ct.stacked : ct.first_per_expert();
+  const std::string weight_name = quote(compiled_.stacked[w].format(c_.canonical));
+  if (!weight.present) {
+    return fail(ErrorCode::PartialExpertSet, "has the scales " + quote(scale_entry->first) +
+                                                 " but not the weight they scale, " + weight_name);
+  }
+  if (weight.part_shape.size() != 2) {
+    return fail(ErrorCode::ScaleShapeMismatch,
+                quote(scale_entry->first) + " scales " + weight_name + ", whose experts are " +
+                    shape_to_string(weight.part_shape) + ", not [out, in] matrices");
+  }
+  const size_t nparts = rule.parts.size();
+  const int64_t cols = weight.part_shape[1];
+  int64_t rows = 0;
+  for (int64_t r : weight.part_rows) rows += r;
+  auto blocks_of = [](int64_t n, int64_t b) { return (n + b - 1) / b; };
+  auto numel = [](const Shape& s) {
+    int64_t n = 1;
+    for (int64_t d : s) n *= d;
+    return n;
+  };
+  // The scale shapes of one expert as stored: the stacked whole, or one per part.
+  std::vector<Shape> stored;
+  if (ct.stacked != nullptr) {
+    stored.push_back(scales.part_shape);
+  } else {
+    for (size_t p = 0; p < nparts; ++p)
+      stored.push_back(scales.parts[p].begin()->second->second.shape());
+  }
+  std::string expected;
+  for (const std::vector<int64_t>& b : rule.blocks) {
+    bool fits = true;
+    std::vector<Shape> want;
+    if (b.empty()) {
+      fits = nparts == 1 && numel(stored[0]) == 1;
+      want.push_back({1});
+    } else if (ct.stacked != nullptr) {
+      want.push_back({blocks_of(rows, b[0]), blocks_of(cols, b[1])});
+    } else {
+      for (size_t p = 0; p < nparts; ++p) {
+        want.push_back({blocks_of(weight.part_rows[p], b[0]), blocks_of(cols, b[1])});
+      }
+    }
+    if (!b.empty()) fits = stored == want;
+    if (!fits) {
+      expected +=
+          (expected.empty() ? "" : " or ") + shape_to_string(want[0]) +
+          (b.empty() ? std::string(" (one per expert)")
+                     : " ([" + std::to_string(b[0]) + ", " + std::to_string(b[1]) + "] blocks)");
+      continue;
+    }
+    scales.block = b;
+    for (size_t p = 0; p + 1 < nparts && !b.empty(); ++p) {
+      scales.blocks_aligned = scales.blocks_aligned && weight.part_rows[p] % b[0] == 0;
+    }
+    if (ct.stacked != nullptr && scales.blocks_aligned && !b.empty()) {
+      int64_t left = scales.part_shape[0];
+      for (size_t p = 0; p < nparts; ++p) {
+        scales.part_rows[p] = p + 1 < nparts ? weight.part_rows[p] / b[0] : left;
+        left -= scales.part_rows[p];
+      }
+      scales.part_shape[0] = scales.part_rows[0];
+    }
+    return std::nullopt;
+  }
+  return fail(
+      ErrorCode::ScaleShapeMismatch,
+      quote(scale_entry->first) + " has shape " + shape_to_string(scale_entry->second.shape()) +
+          " per expert " + shape_to_string(stored[0]) + "; the scales of " + weight_name + " (" +
+          std::to_string(rows) + " x " + std::to_string(cols) + " per expert) are " + expected);
 }
 
 }  // namespace
@@ -301,12 +393,12 @@ std::string module_name(const std::string& prefix) {
 }
 
 std::string missing_list(const std::map<int64_t, const Entry*>& present, int64_t n,
-                         const KeyPattern& pattern) {
+                         const KeyPattern& pattern, const std::string& prefix) {
   std::string out;
   size_t listed = 0;
   for (int64_t i = 0; i < n && listed < kMaxListed; ++i) {
     if (present.count(i)) continue;
-    out += (listed ? ", " : "") + pattern.format("", i);
+    out += (listed ? ", " : "") + quote(pattern.format(prefix, i));
     ++listed;
   }
   // Every index present is below n: a count, not a walk over up to a billion indices.

@@ -48,6 +48,11 @@ struct FoundTensor {
                                    // equal but for the first dim)
   std::vector<int64_t> part_rows;  // each part's first dim
   int64_t folded_rows = 0;         // folded stacked tensors: stored rows per expert
+  // FP8 scales (StackedTensorRule::scale_of): the block shape found ([] per tensor), and whether
+  // every part of the weight but the last ends on a block boundary, so that the scales of the
+  // parts can be concatenated or split (else part_rows is {all rows, 0, ...}).
+  std::vector<int64_t> block;
+  bool blocks_aligned = true;
 };
 
 struct FoundModule {
@@ -69,8 +74,9 @@ std::optional<FoundModule> check_candidate(const Candidate& c, size_t set,
                                            std::optional<int64_t> folded_experts,
                                            std::optional<Error>& problem);
 
-// "weight3, weight7" for the indices in [0, n) that `present` lacks (at most 8, then a count).
+// "\"P.weight3\", \"P.weight7\"": the keys of the indices in [0, n) that `present` lacks, under
+// `prefix` (at most 8, then a count).
 std::string missing_list(const std::map<int64_t, const Entry*>& present, int64_t n,
-                         const KeyPattern& pattern);
+                         const KeyPattern& pattern, const std::string& prefix);
 
 }  // namespace grouplin::layout

@@ -87,10 +87,31 @@ std::optional<Rearrangement> ModulePlanner::rearrangement(size_t t, bool to_stor
   return r;
 }
 
+void ModulePlanner::require_aligned_blocks(size_t t, ExpertLayout into) const {
+  const FoundTensor& ft = f_.tensors[t];
+  if (ft.blocks_aligned) return;
+  const ExpertTensor& et = tensor_info(t);
+  const auto w = static_cast<size_t>(set_.scale_of[t]);
+  std::string rows;
+  for (size_t p = 0; p < f_.tensors[w].part_rows.size(); ++p) {
+    rows += (p ? " + " : "") + std::to_string(f_.tensors[w].part_rows[p]);
+  }
+  throw Error(ErrorCode::ScaleBlocksUnaligned,
+              module_name(g_.prefix) + ": the " + std::to_string(et.block[0]) + " x " +
+                  std::to_string(et.block[1]) + " block scales " + quote(et.name) + " of " +
+                  quote(et.scale_of) + " (rows " + rows + " per expert) cannot be " +
+                  (into == ExpertLayout::Single ? "concatenated" : "split") +
+                  " exactly: a part other than the last does not end on a block boundary, so a "
+                  "block would straddle two parts; the " +
+                  (into == ExpertLayout::Single ? "per-expert" : "single") +
+                  " layout it has is the only exact one");
+}
+
 void ModulePlanner::single(std::vector<PlannedTensor>& out) const {
   for (size_t t = 0; t < f_.tensors.size(); ++t) {
     const FoundTensor& ft = f_.tensors[t];
     if (!ft.present) continue;
+    if (ft.stacked == nullptr) require_aligned_blocks(t, ExpertLayout::Single);
     const ExpertTensor& et = tensor_info(t);
     PlannedTensor p{set_.stacked[t].format(f_.canonical), et.dtype, et.expert_shape, {}};
     if (et.transposed) std::swap(p.shape[0], p.shape[1]);  // stored [in, out]
@@ -136,9 +157,16 @@ void ModulePlanner::expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>
     }
     return;
   }
+  require_aligned_blocks(t, ExpertLayout::PerExpert);
   Tensor slice = ft.folded_rows > 0 ? ft.stacked->second.rows(e * ft.folded_rows, ft.folded_rows)
                                     : ft.stacked->second.select(e);
   if (ft.unit_dim) slice = slice.select(0);
+  if (parts.size() == 1 && !set_.rules.tensors[t].transposed &&
+      set_.rules.tensors[t].interleave <= 1) {
+    // The whole slice (a one-per-expert scale may have no rows to cut).
+    out.push_back(PlannedTensor::of(parts[0].format(f_.spelled, e - begin_), slice));
+    return;
+  }
   if (std::optional<Rearrangement> r = rearrangement(t, /*to_stored=*/false)) {
     // One part, stored transposed or interleaved: the whole slice, moved into [out, in].
     PlannedTensor p{parts[0].format(f_.spelled, e - begin_), slice.dtype(), ft.part_shape, {slice}};

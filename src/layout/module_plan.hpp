@@ -44,6 +44,9 @@ class ModulePlanner {
   void per_expert(std::vector<PlannedTensor>& out) const;
   void expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>& out) const;
   const ExpertTensor& tensor_info(size_t t) const;
+  // Throws Error(ScaleBlocksUnaligned) if tensor t holds block scales of several parts that
+  // cannot be concatenated or split (`into`: the layout asked for).
+  void require_aligned_blocks(size_t t, ExpertLayout into) const;
   // The move between the stored form of tensor t and its per-expert form, if it is not a copy.
   std::optional<Rearrangement> rearrangement(size_t t, bool to_stored) const;
 

@@ -35,9 +35,21 @@ class Claims {
 
   void run(std::vector<ScanProblem>& problems);
   std::vector<Candidate>& candidates() { return candidates_; }
+  // Scales whose weight is not beside them: (set, canonical prefix, dict position, weight key).
+  struct LoneScale {
+    size_t set;
+    std::string canonical;
+    size_t pos;
+    std::string weight_key;
+  };
+  const std::vector<LoneScale>& lone_scales() const { return lone_scales_; }
 
  private:
   std::vector<Claim> claims_of(const Entry& e, size_t pos);
+  // For a scale tensor t of set c: whether the entry of the weight it scales is in the dict,
+  // with that weight's rank (part -1: stacked; else that part of `expert`).
+  bool weight_beside(const CompiledRules& c, size_t t, int part, std::string_view prefix,
+                     int64_t expert) const;
   Candidate& candidate(size_t set, const std::string& canonical, size_t pos);
   Error conflict(const Entry& e, const std::vector<Claim>& claims) const;
 
@@ -46,6 +58,7 @@ class Claims {
   bool explicit_;
   std::vector<Candidate> candidates_;
   std::map<std::pair<size_t, std::string>, size_t> by_key_;
+  std::vector<LoneScale> lone_scales_;
 };
 
 Candidate& Claims::candidate(size_t set, const std::string& canonical, size_t pos) {
@@ -64,6 +77,18 @@ Candidate& Claims::candidate(size_t set, const std::string& canonical, size_t po
   return candidates_[it->second];
 }
 
+bool Claims::weight_beside(const CompiledRules& c, size_t t, int part, std::string_view prefix,
+                           int64_t expert) const {
+  if (c.scale_of[t] < 0) return true;
+  const auto w = static_cast<size_t>(c.scale_of[t]);
+  const StackedTensorRule& rule = c.rules.tensors[w];
+  const std::string key = part < 0 ? c.stacked[w].format(prefix)
+                                   : c.parts[w][static_cast<size_t>(part)].format(prefix, expert);
+  const Tensor* weight = dict_.find(key);
+  const size_t rank = rule.dims.size() + (part < 0 && !rule.folded ? 1 : 0);
+  return weight != nullptr && weight->rank() == rank;
+}
+
 std::vector<Claim> Claims::claims_of(const Entry& e, size_t pos) {
   std::vector<Claim> claims;
   for (size_t s = 0; s < sets_.size(); ++s) {
@@ -80,7 +105,17 @@ std::vector<Claim> Claims::claims_of(const Entry& e, size_t pos) {
         const Tensor& v = e.second;
         const size_t rank = rule.dims.size() + (rule.folded ? 0 : 1);
         const bool unit = rule.unit_dim && v.rank() == rank + 1 && v.dim(1) == 1;
-        if (v.rank() == rank || unit) {
+        if (c.scale_of[t] >= 0) {
+          // A scale of any rank that has experts, beside its stacked weight: TE's
+          // "P.weight_scale_inv" is no scale beside a per-expert "P.weight" [out, in].
+          if (v.rank() >= 1 && weight_beside(c, t, -1, m->prefix, 0)) {
+            claims.push_back({s, t, -1, -1, std::string(m->prefix), "", false});
+          } else {
+            const auto w = static_cast<size_t>(c.scale_of[t]);
+            lone_scales_.push_back(
+                {s, std::string(m->prefix), pos, c.stacked[w].format(m->prefix)});
+          }
+        } else if (v.rank() == rank || unit) {
           claims.push_back({s, t, -1, -1, std::string(m->prefix), "", unit});
         } else if (t != 0) {
           candidate(s, std::string(m->prefix), pos).spoiled = true;
@@ -88,7 +123,14 @@ std::vector<Claim> Claims::claims_of(const Entry& e, size_t pos) {
       }
       for (size_t p = 0; p < rule.parts.size(); ++p) {
         const std::string& key = te_only ? single_key : e.first;
-        if (auto m = c.parts[t][p].match(key); m && fits(m->prefix)) {
+        auto m = c.parts[t][p].match(key);
+        if (m && fits(m->prefix) &&
+            !weight_beside(c, t, static_cast<int>(p), m->prefix, m->expert)) {
+          const auto w = static_cast<size_t>(c.scale_of[t]);
+          const std::string prefix(m->prefix);
+          lone_scales_.push_back({s, te_only ? prefix : renamed(prefix, r, true), pos,
+                                  c.parts[w][p].format(prefix, m->expert)});
+        } else if (m && fits(m->prefix)) {
           std::string spelled(m->prefix);
           std::string canonical = te_only ? spelled : renamed(spelled, r, true);
           claims.push_back({s, t, static_cast<int>(p), m->expert, std::move(canonical),
@@ -164,6 +206,10 @@ GroupedModule report(const Candidate& c, const FoundModule& m, const CompiledRul
     et.transposed = r.tensors[t].transposed;
     et.interleave = r.tensors[t].interleave;
     et.folded = r.tensors[t].folded;
+    if (set.scale_of[t] >= 0) {
+      et.scale_of = set.stacked[static_cast<size_t>(set.scale_of[t])].format(c.canonical);
+      et.block = f.block;
+    }
     g.mixed = g.mixed || et.layout != g.layout;
     if (t == 0) {
       g.dtype = et.dtype;
@@ -252,6 +298,19 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
     }
     out.scan.modules.push_back(report(c, *m, set, key_at));
     out.found.push_back(std::move(*m));
+  }
+  // A scale without its weight under a module's prefix is that module's problem; elsewhere it
+  // is an ordinary entry (TE's names would take "x.gate_proj.weight_scale_inv" for a scale).
+  for (const Claims::LoneScale& s : claims.lone_scales()) {
+    const bool module_there = std::any_of(
+        candidates.begin(), candidates.end(),
+        [&](const Candidate& c) { return c.set == s.set && c.canonical == s.canonical; });
+    if (!module_there) continue;
+    problems.push_back(
+        {s.pos, s.set,
+         Error(ErrorCode::PartialExpertSet,
+               module_name(s.canonical) + ": has the scales " + quote(*key_at[s.pos]) +
+                   " but not the weight they scale, " + quote(s.weight_key))});
   }
   std::stable_sort(problems.begin(), problems.end(),
                    [](const auto& a, const auto& b) { return a.position < b.position; });

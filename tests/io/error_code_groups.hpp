@@ -56,6 +56,8 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::RuleMatchedNothing:
     case ErrorCode::RuleConflict:
     case ErrorCode::NoPerExpertForm:
+    case ErrorCode::ScaleShapeMismatch:
+    case ErrorCode::ScaleBlocksUnaligned:
     case ErrorCode::IoError:
     case ErrorCode::OutputHoldsOtherFiles:  // about convert's output, never a file's content
     case ErrorCode::Interrupted:  // thrown by a caller's callback (the CLI on Ctrl-C), never a file

@@ -75,7 +75,8 @@ TEST(LayoutRules, HuggingFaceModuleListsAndFusedExpertsConvertBothWays) {
   for (const char* family : {"qwen", "mixtral"}) {
     for (bool scales : {false, true}) {
       SCOPED_TRACE(std::string(family) + (scales ? " with FP8 scales" : ""));
-      const HfSpec spec{.family = family, .scales = scales};
+      // Block scales fuse exactly only when I is a multiple of the block rows (scale_rules_test).
+      const HfSpec spec{.family = family, .inter = scales ? 128 : 4, .scales = scales};
       const StateDict per_expert = hf_state_dict(spec, false);
       const StateDict fused = hf_state_dict(spec, true);
       const std::string rules = std::string(family) == "mixtral" ? "hf-mixtral" : "hf";
@@ -86,7 +87,11 @@ TEST(LayoutRules, HuggingFaceModuleListsAndFusedExpertsConvertBothWays) {
       EXPECT_EQ(scan.modules[0].rules, rules);
       EXPECT_EQ(scan.modules[0].num_experts, 4);
       EXPECT_EQ(scan.modules[0].tensors.size(), scales ? 4u : 2u);
-      EXPECT_EQ(scan.modules[0].tensors[0].expert_shape, (Shape{8, 6}));  // [2I, H]
+      EXPECT_EQ(scan.modules[0].tensors[0].expert_shape, (Shape{2 * spec.inter, 6}));  // [2I, H]
+      if (scales) {
+        EXPECT_EQ(scan.modules[0].tensors[2].scale_of, "model.layers.0.mlp.experts.gate_up_proj");
+        EXPECT_EQ(scan.modules[0].tensors[2].block, (std::vector<int64_t>{128, 128}));
+      }
 
       const ConversionPlan to_fused = plan_conversion(per_expert, ExpertLayout::Single);
       expect_shapes(to_fused, fused);
