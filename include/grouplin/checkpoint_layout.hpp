@@ -137,17 +137,35 @@ struct Rearrangement {
   MatrixForm to;
 };
 
+// FP8 codes to read as their values (ConvertOptions::dtype, load_state_dict into a float
+// module): the planned tensor's pieces hold the codes, a stack of matrices [..., rows, cols], and
+// `scales` the pieces of their scales, [..., ceil(rows / block_rows), ceil(cols / block_cols)]
+// (one per matrix when the block is the whole matrix). Each value is the code decoded to F32
+// times its block's scale in F32, rounded once to the planned tensor's dtype.
+struct Dequantization {
+  DType codes = DType::F8_E4M3;
+  DType scale_dtype = DType::F32;
+  std::vector<Tensor> scales;
+  std::string scales_name;  // the scale entry, for messages ("m.weight_scale_inv")
+  int64_t rows = 0, cols = 0;
+  int64_t block_rows = 0, block_cols = 0;
+
+  int64_t scale_rows() const { return (rows + block_rows - 1) / block_rows; }
+  int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
+};
+
 // One tensor of a converted checkpoint: its bytes are the bytes of `pieces`, in order (or
-// rearranged, when `rearrange` is set). Every piece is a view of the source dict (a whole entry,
-// or a part of one expert of a stacked entry).
+// rearranged, when `rearrange` is set; or dequantized, when `dequantize` is). Every piece is a view
+// of the source dict (a whole entry, or a part of one expert of a stacked entry).
 struct PlannedTensor {
   std::string name;
   DType dtype = DType::F32;
   Shape shape;
   std::vector<Tensor> pieces;
   std::optional<Rearrangement> rearrange{};
+  std::optional<Dequantization> dequantize{};
 
-  // Bytes of the tensor (the sum of the pieces' bytes).
+  // Bytes of the tensor (the sum of the pieces' bytes; of the values for a dequantized one).
   uint64_t nbytes() const;
   size_t rank() const { return shape.size(); }
   // Size of dimension d; Requires: d < rank().

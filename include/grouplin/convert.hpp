@@ -60,6 +60,12 @@ struct ConvertOptions {
   // Keep only experts [begin, end) of every grouped module, renumbered from 0 (one rank of an
   // expert-parallel job): only their bytes are read. Unset: all experts.
   std::optional<ExpertRange> experts{};
+  // When set (F32, BF16 or F16): every FP8 weight (F8_E4M3, F8_E5M2) with its scales beside it
+  // (W and W_scale_inv: experts and dense layers alike) is written as its values in this dtype
+  // and its scales are dropped: each code decoded to F32 times its block's scale in F32, rounded
+  // once (PyTorch's `(q.float() * scale).to(dtype)`, bit for bit), streaming. Every other entry
+  // is unchanged. An FP8 weight without scales is Error(Fp8ScalesNotApplied).
+  std::optional<DType> dtype{};
   // Format of OUT; when not set, the input's for a directory OUT, else the one OUT's extension
   // names (format_for_extension).
   std::optional<CheckpointFormat> format;
@@ -89,6 +95,7 @@ struct ConvertReport {
   size_t input_tensors = 0;
   size_t output_tensors = 0;
   uint64_t data_bytes = 0;        // tensor bytes written
+  size_t dequantized = 0;         // FP8 weights written as values (ConvertOptions::dtype)
   uint64_t file_bytes = 0;        // bytes of the checkpoint files written (shards and index)
   bool directory_output = false;  // OUT is a directory
   // The checkpoint files written: OUT's file name, or the shards and the index in OUT.

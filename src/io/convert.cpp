@@ -22,6 +22,7 @@
 #include "io/pt_writer.hpp"
 #include "io/tensor_stream.hpp"
 #include "io/zip.hpp"
+#include "layout/dequantize_plan.hpp"
 
 namespace grouplin {
 namespace {
@@ -348,16 +349,20 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   }
 
   ConversionPlan plan;
+  ConvertReport report;
   try {
     plan = plan_conversion(
         src->tensors(), options.layout,
         {options.rules, options.model_type.empty() ? src->model_type() : options.model_type,
          options.experts});
+    if (options.dtype) {
+      report.dequantized =
+          layout::dequantize_plan(plan.tensors, *options.dtype, layout::MissingScales::Refuse);
+    }
   } catch (const Error& e) {
     throw Error(e.code(), context + ": " + e.message());
   }
 
-  ConvertReport report;
   report.input_format = src->format();
   report.output_format = *format;
   report.directory_output = directory_out;

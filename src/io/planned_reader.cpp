@@ -3,9 +3,32 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/dequantize.hpp"
 #include "layout/rearrange.hpp"
 
 namespace grouplin::detail {
+namespace {
+
+// Values of about this many bytes are computed at a time from a dequantized tensor.
+constexpr int64_t kDequantizedChunkBytes = int64_t{4} << 20;
+
+// Bytes [at, at + dst.size()) of `pieces` taken one after the other.
+void read_range(const CheckpointSource& src, const std::vector<Tensor>& pieces, uint64_t at,
+                std::span<std::byte> dst) {
+  for (const Tensor& p : pieces) {
+    if (dst.empty()) return;
+    if (at >= p.nbytes()) {
+      at -= p.nbytes();
+      continue;
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(dst.size(), p.nbytes() - at));
+    src.read(p, at, dst.first(n));
+    dst = dst.subspan(n);
+    at = 0;
+  }
+}
+
+}  // namespace
 
 PlannedReader::PlannedReader(const CheckpointSource& src, const PlannedTensor& t)
     : src_(src), t_(t), total_(t.nbytes()) {
@@ -13,6 +36,57 @@ PlannedReader::PlannedReader(const CheckpointSource& src, const PlannedTensor& t
     block_bytes_ = layout::block_bytes(*t.rearrange, dtype_size(t.dtype));
     stored_.resize(block_bytes_);
     moved_.resize(block_bytes_);
+  }
+  if (t.dequantize) {
+    const Dequantization& d = *t.dequantize;
+    const auto row_bytes = static_cast<int64_t>(d.cols * dtype_size(t.dtype));
+    chunk_rows_ = std::max<int64_t>(1, kDequantizedChunkBytes / std::max<int64_t>(row_bytes, 1));
+    if (d.block_rows < d.rows) {  // whole scale blocks per chunk
+      chunk_rows_ = std::max(d.block_rows, chunk_rows_ / d.block_rows * d.block_rows);
+    }
+    chunk_rows_ = std::min(chunk_rows_, std::max<int64_t>(d.rows, 1));
+    const int64_t scale_rows = (chunk_rows_ + d.block_rows - 1) / d.block_rows + 1;
+    stored_.resize(static_cast<size_t>(chunk_rows_ * d.cols));
+    moved_.resize(static_cast<size_t>(chunk_rows_ * row_bytes));
+    scales_.resize(static_cast<size_t>(scale_rows * d.scale_cols()) * dtype_size(d.scale_dtype));
+  }
+}
+
+void PlannedReader::read_dequantized(std::span<std::byte> dst) {
+  const Dequantization& d = *t_.dequantize;
+  const uint64_t row_bytes = static_cast<uint64_t>(d.cols) * dtype_size(t_.dtype);
+  const uint64_t matrix_bytes = static_cast<uint64_t>(d.rows) * row_bytes;
+  const size_t scale_size = dtype_size(d.scale_dtype);
+  while (!dst.empty()) {
+    const uint64_t m = done_ / matrix_bytes;
+    const auto row = static_cast<int64_t>(done_ % matrix_bytes / row_bytes);
+    const int64_t r0 = row / chunk_rows_ * chunk_rows_;
+    const int64_t n = std::min(chunk_rows_, d.rows - r0);
+    const uint64_t chunk_at = m * matrix_bytes + static_cast<uint64_t>(r0) * row_bytes;
+    if (chunk_at != block_at_) {
+      const auto first_code = (m * static_cast<uint64_t>(d.rows) + static_cast<uint64_t>(r0)) *
+                              static_cast<uint64_t>(d.cols);
+      read_range(src_, t_.pieces, first_code,
+                 std::span(stored_).first(static_cast<size_t>(n * d.cols)));
+      const int64_t first_scale_row = r0 / d.block_rows;
+      const int64_t scale_rows = (r0 + n - 1) / d.block_rows - first_scale_row + 1;
+      const auto first_scale =
+          (m * static_cast<uint64_t>(d.scale_rows()) + static_cast<uint64_t>(first_scale_row)) *
+          static_cast<uint64_t>(d.scale_cols());
+      read_range(
+          src_, d.scales, first_scale * scale_size,
+          std::span(scales_).first(static_cast<size_t>(scale_rows * d.scale_cols()) * scale_size));
+      core::dequantize_rows({stored_.data(), d.codes, scales_.data(), d.scale_dtype, d.cols,
+                             d.block_rows, d.block_cols},
+                            r0, n, moved_.data(), t_.dtype);
+      block_at_ = chunk_at;
+    }
+    const uint64_t in_chunk = done_ - chunk_at;
+    const size_t take =
+        static_cast<size_t>(std::min<uint64_t>(dst.size(), n * row_bytes - in_chunk));
+    std::memcpy(dst.data(), moved_.data() + in_chunk, take);
+    dst = dst.subspan(take);
+    done_ += take;
   }
 }
 
@@ -38,6 +112,7 @@ void PlannedReader::read_pieces(uint64_t at, std::span<std::byte> dst) {
 }
 
 void PlannedReader::read(std::span<std::byte> dst) {
+  if (t_.dequantize) return read_dequantized(dst);
   if (!t_.rearrange) {
     read_pieces(done_, dst);
     done_ += dst.size();

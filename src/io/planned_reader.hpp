@@ -7,7 +7,9 @@
 // Plain pieces are read with CheckpointSource::read straight into the caller's buffer. A
 // rearranged tensor (transposed or interleaved experts) is read one block (one expert's matrix)
 // at a time into a buffer, moved into its target form in a second one, and served from there:
-// two blocks of memory, whatever the tensor's size.
+// two blocks of memory, whatever the tensor's size. A dequantized tensor is read the same way, a
+// few rows of one matrix at a time (whole scale blocks, about 4 MiB of values), its codes and
+// their scales into buffers and the values computed into a third.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +35,7 @@ class PlannedReader {
 
  private:
   void read_pieces(uint64_t at, std::span<std::byte> dst);  // bytes [at, ...) of the pieces
+  void read_dequantized(std::span<std::byte> dst);
 
   const CheckpointSource& src_;
   const PlannedTensor& t_;
@@ -42,6 +45,9 @@ class PlannedReader {
   uint64_t block_bytes_ = 0;
   uint64_t block_at_ = UINT64_MAX;  // first byte of the block held in `moved_`
   std::vector<std::byte> stored_, moved_;
+  // Dequantized tensors: rows per chunk, and the chunk's scales.
+  int64_t chunk_rows_ = 0;
+  std::vector<std::byte> scales_;
   // Plain tensors: where the next byte is among the pieces.
   size_t piece_ = 0;
   uint64_t piece_at_ = 0;

@@ -134,7 +134,7 @@ LayoutRules structure(std::string_view name) {
     StackedTensorRule scales{
         "{prefix}weight_scale_inv", {"{prefix}weight{expert}_scale_inv"}, {"blocks"}, true};
     scales.scale_of = "{prefix}weight";
-    scales.blocks = {{128, 128}, {1, 32}, {}};  // DeepSeek-style, MXFP8, Float8Tensor
+    scales.blocks = layout::fp8_scale_blocks();
     r.tensors = {
         {"{prefix}weight", {"{prefix}weight{expert}"}, {"out", "in"}},
         {"{prefix}bias", {"{prefix}bias{expert}"}, {"out"}, true, true},
@@ -172,6 +172,15 @@ const ModelFamily* family_of(std::string_view model_type) {
 }
 
 }  // namespace
+
+namespace layout {
+
+const std::vector<std::vector<int64_t>>& fp8_scale_blocks() {
+  static const std::vector<std::vector<int64_t>> blocks = {{128, 128}, {1, 32}, {}};
+  return blocks;
+}
+
+}  // namespace layout
 
 std::vector<std::string> builtin_rule_names() {
   std::vector<std::string> out(std::begin(kStructures), std::end(kStructures));

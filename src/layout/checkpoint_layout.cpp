@@ -216,6 +216,7 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
 }  // namespace layout
 
 uint64_t PlannedTensor::nbytes() const {
+  if (dequantize) return static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
   uint64_t n = 0;
   for (const Tensor& p : pieces) n += p.nbytes();
   return n;

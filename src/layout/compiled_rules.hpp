@@ -23,6 +23,10 @@ struct CompiledRules {
   std::vector<int> scale_of;                   // per tensor: the tensor it scales, or -1
 };
 
+// The block shapes of FP8 scales GroupLin knows, in the order they are tried: [128, 128]
+// (DeepSeek-V3, Qwen3-FP8), [1, 32] (MXFP8), [] (one scale per matrix: Float8Tensor).
+const std::vector<std::vector<int64_t>>& fp8_scale_blocks();
+
 // Checks `rules` and compiles its patterns. Throws Error(InvalidRules) naming `source`, the field
 // and what is wrong: no tensors, an optional first tensor, a pattern without exactly one
 // "{prefix}" at its start (and, for parts, one "{expert}"), empty parts or dims, a rename with an

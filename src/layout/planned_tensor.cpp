@@ -2,6 +2,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dequantize.hpp"
 #include "grouplin/checkpoint_layout.hpp"
 #include "layout/rearrange.hpp"
 
@@ -42,8 +43,18 @@ PlannedTensor PlannedTensor::select(int64_t i) const {
     throw Error(ErrorCode::OutOfBounds, "select(" + std::to_string(i) + ") on planned tensor " +
                                             quote(name) + " of shape " + shape_to_string(shape));
   }
-  PlannedTensor out{name, dtype, Shape(shape.begin() + 1, shape.end()), {}, rearrange};
+  PlannedTensor out{name, dtype, Shape(shape.begin() + 1, shape.end()), {}, rearrange, dequantize};
   const int64_t slab = shape_numel(out.shape);
+  if (dequantize) {  // codes and scales of whole matrices
+    const Dequantization& d = *dequantize;
+    if (slab % (d.rows * d.cols) != 0) {
+      throw Error(ErrorCode::OutOfBounds, "select(" + std::to_string(i) + ") on planned tensor " +
+                                              quote(name) + ": its dim 0 is not its matrices");
+    }
+    const int64_t matrices = slab / (d.rows * d.cols);
+    const int64_t scale_slab = matrices * d.scale_rows() * d.scale_cols();
+    out.dequantize->scales = piece_range(d.scales, i * scale_slab, scale_slab);
+  }
   if (rearrange && slab != rearrange->rows * rearrange->cols) {
     throw Error(ErrorCode::OutOfBounds, "select(" + std::to_string(i) + ") on planned tensor " +
                                             quote(name) + ": its dim 0 is not its experts");
@@ -59,6 +70,25 @@ void PlannedTensor::copy_to(Tensor& dst) const {
                                               shape_to_string(dst.shape()));
   }
   Tensor flat = dst.reshape({dst.numel()});
+  if (dequantize) {
+    // Matrix by matrix: codes and scales gathered, values computed in F32, copied (and rounded
+    // to dst's dtype) into place. Rounding F32 once is the rule, whatever dst's float type.
+    const Dequantization& d = *dequantize;
+    const int64_t block = d.rows * d.cols;
+    const int64_t scale_block = d.scale_rows() * d.scale_cols();
+    std::vector<std::byte> codes(static_cast<size_t>(block));
+    std::vector<std::byte> scales(static_cast<size_t>(scale_block) * dtype_size(d.scale_dtype));
+    Tensor values = Tensor::zeros({block}, DType::F32);
+    for (int64_t m = 0; m * block < dst.numel(); ++m) {
+      gather(piece_range(pieces, m * block, block), codes.data());
+      gather(piece_range(d.scales, m * scale_block, scale_block), scales.data());
+      core::dequantize_rows(
+          {codes.data(), d.codes, scales.data(), d.scale_dtype, d.cols, d.block_rows, d.block_cols},
+          0, d.rows, values.mutable_data(), DType::F32);
+      flat.rows(m * block, block).copy_from(values);
+    }
+    return;
+  }
   if (!rearrange) {
     int64_t at = 0;
     for (const Tensor& piece : pieces) {

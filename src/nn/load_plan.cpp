@@ -27,17 +27,16 @@ bool LoadPlan::check_compatible(const std::string& key, const PlannedTensor& src
                     shape_to_string(dst.shape()));
     return false;
   }
-  // FP8 codes mean nothing without their scales (a `*_scale_inv` entry beside them): widening
-  // the codes alone gives wrong weights with no error, the worst kind of load. Refused until
-  // scaled FP8 is read with its scales.
+  // FP8 codes mean nothing without their scales: widening the codes alone gives wrong weights
+  // with no error, the worst kind of load. With their scales beside them (key + "_scale_inv")
+  // they arrive here dequantized already (Module::load_state_dict).
   const bool fp8_src = src.dtype == DType::F8_E4M3 || src.dtype == DType::F8_E5M2;
   if (fp8_src && src.dtype != dst.dtype()) {
     add_problem(ErrorCode::Fp8ScalesNotApplied, key,
                 quote(key) + ": dtype " + std::string(dtype_name(src.dtype)) + " into a " +
-                    std::string(dtype_name(dst.dtype())) +
-                    " parameter: FP8 codes would be converted without their scales "
-                    "(scaled FP8 is not supported yet); convert the checkpoint with its scales "
-                    "first");
+                    std::string(dtype_name(dst.dtype())) + " parameter without " +
+                    quote(key + "_scale_inv") +
+                    " beside it: FP8 codes are not values until multiplied by their scales");
     return false;
   }
   if (src.dtype != dst.dtype() && !(is_float(src.dtype) && is_float(dst.dtype()))) {
@@ -76,7 +75,7 @@ bool LoadPlan::plan_adopt(const std::string& key, const PlannedTensor& src, Modu
   if (!check_compatible(key, src, dst)) return false;
   // Only one whole tensor of the right dtype, in its stored order, can be borrowed; pieces are
   // gathered, transposed or interleaved experts moved, by a copy.
-  if (src.dtype != dst.dtype() || src.pieces.size() != 1 || src.rearrange) {
+  if (src.dtype != dst.dtype() || src.pieces.size() != 1 || src.rearrange || src.dequantize) {
     return plan_copy(key, src, module, param_index);
   }
   writes_.push_back({key, src, &module, param_index, -1, false, true});
@@ -134,9 +133,10 @@ LoadReport LoadPlan::execute(const PlannedDict& source) {
         w.src.copy_to(dst);
       }
       // A stacked key loaded into per-expert parameters is one conversion, reported once.
-      if (w.src.dtype != p.value.dtype() && !converted.count(w.key)) {
+      const DType from = w.src.dequantize ? w.src.dequantize->codes : w.src.dtype;
+      if (from != p.value.dtype() && !converted.count(w.key)) {
         converted.insert(w.key);
-        report_.dtype_conversions.push_back({w.key, w.src.dtype, p.value.dtype()});
+        report_.dtype_conversions.push_back({w.key, from, p.value.dtype()});
       }
     }
     if (loaded.insert(w.key).second) report_.loaded.push_back(w.key);

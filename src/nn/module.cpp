@@ -6,6 +6,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
+#include "layout/dequantize_plan.hpp"
 #include "layout/plan.hpp"
 #include "layout/renames.hpp"
 
@@ -94,6 +95,10 @@ PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
   }
   ConversionPlan plan = layout::plan(*own, layout::Target::Load,
                                      {options.rules, options.model_type, options.experts});
+  // FP8 weights with their scales beside them load as their values (F32, rounded once more only
+  // into a BF16 or F16 parameter: PyTorch's (q.float() * scale).to(dtype)). Without scales they
+  // stay codes, which a float parameter refuses (Fp8ScalesNotApplied).
+  layout::dequantize_plan(plan.tensors, DType::F32, layout::MissingScales::Keep);
   std::unordered_map<std::string, std::string> renames;
   for (const GroupedModule& m : plan.modules) {
     if (m.rules == "te") continue;

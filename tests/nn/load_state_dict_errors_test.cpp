@@ -200,17 +200,26 @@ TEST(LoadStateDictErrors, Fp8IntoAFloatModuleIsRefusedNotConvertedWithoutScales)
           Case c = make_case(l, ckpt);
           const std::string key = P + (ckpt == WeightLayout::Single ? "weight" : "weight1");
           c.sd.set(key, c.sd.at(key).to(fp8));
-          c.sd.insert(key + "_scale_inv", Tensor::zeros({1}, DType::F32));
-          // Strict, the scale is also an unexpected key: two problems, reported together.
-          expect_load_fails(*c.target.root, c.sd,
-                            strict ? ErrorCode::LoadFailed : ErrorCode::Fp8ScalesNotApplied,
+          expect_load_fails(*c.target.root, c.sd, ErrorCode::Fp8ScalesNotApplied,
                             {"Fp8ScalesNotApplied: " + quote(key), std::string(dtype_name(fp8)),
-                             "without their scales"},
+                             "without " + quote(key + "_scale_inv")},
                             LoadOptions{.strict = strict});
         }
       }
     }
   }
+}
+
+// With scales beside them that fit no block of the weight, nothing is guessed.
+TEST(LoadStateDictErrors, Fp8WithScalesOfNoBlockIsRefused) {
+  Case c = make_case(WeightLayout::PerExpert, WeightLayout::Single);
+  c.sd.set(P + "weight", c.sd.at(P + "weight").to(DType::F8_E4M3));
+  c.sd.insert(P + "weight_scale_inv", Tensor::zeros({3}, DType::F32));
+  const Error e = testing::expect_error([&] { c.target.root->load_state_dict(c.sd); });
+  EXPECT_EQ(e.code(), ErrorCode::ScaleShapeMismatch) << e.what();
+  EXPECT_NE(std::string(e.what()).find(quote(P + "weight_scale_inv") + " has shape [3]"),
+            std::string::npos)
+      << e.what();
 }
 
 // Problems other than missing and unexpected keys are errors with strict=false too.

@@ -1,5 +1,5 @@
 // grouplin convert IN OUT --layout single|per-expert [--format safetensors|pt]
-//                  [--max-shard-size SIZE] [--force] [--quiet]
+//                  [--dtype f32|bf16] [--max-shard-size SIZE] [--force] [--quiet]
 // The work is grouplin::convert_checkpoint; this file parses options, draws the progress bar and
 // turns Ctrl-C or SIGTERM into Error(Interrupted) (the temporary file is removed, OUT is left as
 // it was, and main() exits 130 or 143).
@@ -28,6 +28,7 @@ struct ConvertConfig {
   std::string rules;
   std::string experts;
   std::string max_shard_size;
+  std::string dtype;
 };
 
 void run_convert(const ConvertConfig& c) {
@@ -39,6 +40,7 @@ void run_convert(const ConvertConfig& c) {
   o.overwrite = c.force;
   o.rules = rules_from_option(c.rules);
   if (!c.experts.empty()) o.experts = experts_from_option(c.experts);
+  if (!c.dtype.empty()) o.dtype = c.dtype == "f32" ? DType::F32 : DType::BF16;
   if (!c.max_shard_size.empty()) {
     try {
       o.max_shard_size = parse_byte_size(c.max_shard_size);
@@ -90,6 +92,10 @@ void run_convert(const ConvertConfig& c) {
       std::string(layout_name(o.layout)).c_str(), r.input_tensors, r.output_tensors,
       format_bytes(r.data_bytes).c_str(), seconds,
       format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0).c_str());
+  if (r.dequantized > 0) {
+    std::printf("dequantized: %zu FP8 weight(s) written as %s, their scales dropped\n",
+                r.dequantized, c.dtype == "f32" ? "F32" : "BF16");
+  }
   if (!r.skipped_files.empty()) {
     std::string names;
     for (size_t i = 0; i < r.skipped_files.size() && i < 8; ++i) {
@@ -131,6 +137,10 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("--experts", c->experts,
                   "keep only experts BEGIN:END (end excluded) of every grouped module, "
                   "renumbered from 0: one expert-parallel rank's share, reading only its bytes");
+  cmd->add_option("--dtype", c->dtype,
+                  "write every FP8 weight that has its scales beside it (W, W_scale_inv) as "
+                  "its values in this dtype and drop the scales; nothing else changes")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--max-shard-size", c->max_shard_size,
                   "write OUT as a directory of shards of at most SIZE tensor bytes each: 5GB, "
                   "500MB, 40KB (1 KB = 1000 bytes), 2GiB (default for a directory: 5GB)");
@@ -161,6 +171,7 @@ void add_convert_command(CLI::App& app) {
       "  grouplin convert fused.safetensors mixtral.safetensors --layout per-expert "
       "--rules hf-mixtral\n"
       "  grouplin convert model.safetensors rank3.safetensors --layout single --experts 96:128\n"
+      "  grouplin convert DeepSeek-V3/ DeepSeek-V3-bf16/ --layout per-expert --dtype bf16\n"
       "  grouplin convert Qwen3-30B-A3B/ Qwen3-30B-A3B-fused/ --layout single\n"
       "  grouplin convert Mixtral-fused/ Mixtral/ --layout per-expert --max-shard-size 5GB");
   cmd->callback([c] { run_convert(*c); });

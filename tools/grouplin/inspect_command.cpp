@@ -78,6 +78,10 @@ void print_json(const InspectConfig& c, const CheckpointSummary& s) {
                             {"transposed", t.transposed},
                             {"interleave", t.interleave},
                             {"folded", t.folded}});
+      if (!t.scale_of.empty()) {
+        tensors_of.back()["scale_of"] = t.scale_of;
+        tensors_of.back()["block"] = t.block;
+      }
     }
     modules.push_back(
         {{"prefix", m.prefix},
@@ -144,6 +148,13 @@ std::string family_note(const std::string& model_type) {
 std::string storage_note(const GroupedModule& m) {
   std::string note = m.stacked_only ? "stacked only" : "";
   for (const ExpertTensor& t : m.tensors) {
+    if (!t.scale_of.empty()) {  // "FP8 scales of gate_up_proj in [128, 128] blocks"
+      note += (note.empty() ? "" : "; ") + std::string("FP8 scales of ") +
+              escaped(t.scale_of.substr(std::min(t.scale_of.size(), m.prefix.size()))) +
+              (t.block.empty() ? std::string(", one per expert")
+                               : " in [" + std::to_string(t.block[0]) + ", " +
+                                     std::to_string(t.block[1]) + "] blocks");
+    }
     if (!t.transposed && t.interleave <= 1 && !t.folded) continue;
     note += note.empty() ? "" : (note == "stacked only" ? "; " : ", ");
     note += escaped(t.name.substr(std::min(t.name.size(), m.prefix.size()))) + " stored";

@@ -1,0 +1,37 @@
+// FP8 codes times their block scales (src/core/dequantize.hpp).
+#include "core/dequantize.hpp"
+
+#include <cstring>
+#include <vector>
+
+namespace grouplin::core {
+
+void dequantize_rows(const QuantizedRows& q, int64_t first_row, int64_t n, std::byte* out,
+                     DType out_type) {
+  const auto cols = static_cast<size_t>(q.cols);
+  const int64_t scale_cols = (q.cols + q.block_cols - 1) / q.block_cols;
+  float table[256];  // every code decoded once
+  for (int code = 0; code < 256; ++code) {
+    const auto byte = static_cast<uint8_t>(code);
+    convert_elements(&byte, q.code_type, &table[code], DType::F32, 1);
+  }
+  std::vector<float> scale_row(static_cast<size_t>(scale_cols));
+  std::vector<float> row(cols);
+  const size_t out_size = dtype_size(out_type);
+  int64_t loaded_block = -1;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t block = (first_row + r) / q.block_rows - first_row / q.block_rows;
+    if (block != loaded_block) {
+      convert_elements(q.scales + block * scale_cols * dtype_size(q.scale_type), q.scale_type,
+                       scale_row.data(), DType::F32, scale_row.size());
+      loaded_block = block;
+    }
+    const auto* codes = reinterpret_cast<const uint8_t*>(q.codes) + r * q.cols;
+    for (size_t c = 0; c < cols; ++c) {
+      row[c] = table[codes[c]] * scale_row[c / static_cast<size_t>(q.block_cols)];
+    }
+    convert_elements(row.data(), DType::F32, out + r * q.cols * out_size, out_type, cols);
+  }
+}
+
+}  // namespace grouplin::core

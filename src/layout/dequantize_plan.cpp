@@ -1,0 +1,104 @@
+// FP8 weights paired with their scales and planned as values (layout/dequantize_plan.hpp).
+#include "layout/dequantize_plan.hpp"
+
+#include <unordered_map>
+
+#include "grouplin/error.hpp"
+#include "layout/compiled_rules.hpp"
+
+namespace grouplin::layout {
+namespace {
+
+bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
+
+// The dequantization of `codes` by `scales`, or Error(ScaleShapeMismatch).
+Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scales) {
+  Dequantization d;
+  d.codes = codes.dtype;
+  d.scale_dtype = scales.dtype;
+  d.scales = scales.pieces;
+  d.scales_name = scales.name;
+  Shape lead;
+  if (codes.rank() >= 2) {
+    lead.assign(codes.shape.begin(), codes.shape.end() - 2);
+    d.rows = codes.shape[codes.rank() - 2];
+    d.cols = codes.shape[codes.rank() - 1];
+  } else {
+    d.rows = 1;
+    d.cols = shape_numel(codes.shape);
+  }
+  const int64_t matrices = shape_numel(lead);
+  std::string expected;
+  for (const std::vector<int64_t>& b : fp8_scale_blocks()) {
+    Shape want = lead;
+    if (b.empty()) {
+      want.push_back(1);
+      if (shape_numel(scales.shape) == matrices) {
+        d.block_rows = d.rows;
+        d.block_cols = d.cols;
+        return d;
+      }
+    } else {
+      want.push_back((d.rows + b[0] - 1) / b[0]);
+      want.push_back((d.cols + b[1] - 1) / b[1]);
+      if (scales.shape == want) {
+        d.block_rows = b[0];
+        d.block_cols = b[1];
+        return d;
+      }
+    }
+    expected +=
+        (expected.empty() ? "" : " or ") + shape_to_string(want) +
+        (b.empty() ? std::string(" (one per matrix)")
+                   : " ([" + std::to_string(b[0]) + ", " + std::to_string(b[1]) + "] blocks)");
+  }
+  throw Error(ErrorCode::ScaleShapeMismatch,
+              "dequantizing " + quote(codes.name) + " " + shape_to_string(codes.shape) + ": " +
+                  quote(scales.name) + " has shape " + shape_to_string(scales.shape) +
+                  "; its scales would be " + expected);
+}
+
+}  // namespace
+
+size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingScales missing) {
+  if (to != DType::F32 && to != DType::BF16 && to != DType::F16) {
+    throw Error(ErrorCode::InvalidArgument,
+                "dequantizing to " + std::string(dtype_name(to)) + ": expected F32, BF16 or F16");
+  }
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
+  std::vector<bool> dropped(tensors.size(), false);
+  size_t count = 0;
+  for (PlannedTensor& t : tensors) {
+    if (!is_fp8(t.dtype) || t.dequantize) continue;
+    auto it = index.find(t.name + "_scale_inv");
+    if (it == index.end()) {
+      if (missing == MissingScales::Keep) continue;
+      throw Error(ErrorCode::Fp8ScalesNotApplied,
+                  quote(t.name) + " is " + std::string(dtype_name(t.dtype)) + " without " +
+                      quote(t.name + "_scale_inv") +
+                      " beside it: its codes are not its values, and there are no scales to "
+                      "dequantize it with");
+    }
+    const PlannedTensor& scales = tensors[it->second];
+    if (t.rearrange || scales.rearrange) {
+      throw Error(ErrorCode::UnsupportedConversion,
+                  "dequantizing " + quote(t.name) +
+                      ": it is stored transposed or interleaved, which GroupLin does not "
+                      "dequantize");
+    }
+    t.dequantize = fit_blocks(t, scales);
+    t.dtype = to;
+    dropped[it->second] = true;
+    ++count;
+  }
+  std::vector<PlannedTensor> kept;
+  kept.reserve(tensors.size() - count);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!dropped[i]) kept.push_back(std::move(tensors[i]));
+  }
+  tensors = std::move(kept);
+  return count;
+}
+
+}  // namespace grouplin::layout

@@ -1,0 +1,29 @@
+// Private: which planned tensors are FP8 weights with their scales beside them, and the plan
+// that reads them as values instead (ConvertOptions::dtype, load_state_dict into a float module).
+//
+//   ConversionPlan p = layout::plan(dict, layout::Target::Single, options);
+//   size_t n = layout::dequantize_plan(p.tensors, DType::BF16, layout::MissingScales::Refuse);
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "grouplin/checkpoint_layout.hpp"
+
+namespace grouplin::layout {
+
+// What an FP8 tensor without scales beside it becomes.
+enum class MissingScales {
+  Refuse,  // Error(Fp8ScalesNotApplied): its codes are not its values
+  Keep,    // left as it is, for the caller to refuse or take as codes
+};
+
+// Replaces each F8_E4M3 or F8_E5M2 tensor T that has a tensor named T + "_scale_inv" beside it by
+// T read as values of dtype `to` (F32, BF16 or F16), and drops those scales; returns how many.
+// The block of the scales is the first of fp8_scale_blocks() whose shape fits T's matrices (its
+// last two dims; a tensor of rank below 2 is one row): Error(ScaleShapeMismatch) naming both if
+// none does. Error(UnsupportedConversion) for a rearranged (transposed, interleaved) T or scales.
+// Every other tensor is left as it is, in order.
+size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingScales missing);
+
+}  // namespace grouplin::layout
