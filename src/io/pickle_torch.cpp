@@ -10,7 +10,8 @@ namespace {
 
 // What an allowed global stands for.
 // clang-format off
-enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag };
+enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag,
+                                  TeFloat8Tensor, TeFloat8TensorClass, Getattr, TeDType, TorchSize };
 // clang-format on
 
 struct AllowedGlobal {
@@ -25,6 +26,18 @@ constexpr AllowedGlobal kAllowedGlobals[] = {
     {"torch._utils._rebuild_tensor_v2", GlobalKind::RebuildTensorV2},
     {"torch._utils._rebuild_tensor_v3", GlobalKind::RebuildTensorV3},
     {"torch._utils._rebuild_parameter", GlobalKind::RebuildParameter},
+    // TransformerEngine's FP8 weights (docs/pt-format.md): its reconstructor, the legacy route
+    // to it (getattr(Float8Tensor, '_make_in_reduce_ex'), the only getattr accepted), its dtype
+    // enum in both spellings, and torch.Size for shapes. Each is built here, never called.
+    {"transformer_engine.pytorch.tensor.float8_tensor._make_float8_tensor_in_reduce_ex",
+     GlobalKind::TeFloat8Tensor},
+    {"transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor",
+     GlobalKind::TeFloat8TensorClass},
+    {"__builtin__.getattr", GlobalKind::Getattr},
+    {"builtins.getattr", GlobalKind::Getattr},
+    {"transformer_engine.pytorch.constants.DType", GlobalKind::TeDType},
+    {"transformer_engine_torch.DType", GlobalKind::TeDType},
+    {"torch.Size", GlobalKind::TorchSize},
     {"torch.FloatStorage", GlobalKind::StorageType, DType::F32},
     {"torch.DoubleStorage", GlobalKind::StorageType, DType::F64},
     {"torch.HalfStorage", GlobalKind::StorageType, DType::F16},
@@ -87,16 +100,22 @@ size_t vector_bytes(const TensorRef& t) {
 TorchBuilder::TorchBuilder(Values& values, const Cursor& cursor, const PickleLimits& limits)
     : values_(values), cursor_(cursor), limits_(limits) {}
 
+Ref TorchBuilder::make_global(std::string_view name) {
+  for (size_t i = 0; i < std::size(kAllowedGlobals); ++i) {
+    if (kAllowedGlobals[i].name != name) continue;
+    Ref r = values_.make(Kind::Global);
+    values_.get(r).number = static_cast<int64_t>(i);
+    return r;
+  }
+  cursor_.fail(ErrorCode::ForbiddenGlobal, "forbidden global " + quote(name));
+}
+
 Ref TorchBuilder::global(std::string_view module, std::string_view name) {
   std::string full(module);
   full += '.';
   full += name;
-  for (size_t i = 0; i < std::size(kAllowedGlobals); ++i) {
-    if (kAllowedGlobals[i].name == full) {
-      Ref r = values_.make(Kind::Global);
-      values_.get(r).number = static_cast<int64_t>(i);
-      return r;
-    }
+  for (const AllowedGlobal& g : kAllowedGlobals) {
+    if (g.name == full) return make_global(full);
   }
   for (std::string_view u : kUnsupportedTypes) {
     if (u == full) {
@@ -325,11 +344,115 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
         cursor_.invalid("_rebuild_parameter expects (tensor, requires_grad, hooks)");
       }
       return copy[0];
+    case GlobalKind::TeFloat8Tensor:
+      return float8_tensor(copy);
+    case GlobalKind::Getattr:
+      // Only the legacy route to Float8Tensor's reconstructor: getattr(Float8Tensor,
+      // '_make_in_reduce_ex'). Any other attribute of anything could be any function.
+      if (copy.size() != 2 || !is_global(values_, copy[0], GlobalKind::TeFloat8TensorClass) ||
+          values_.get(copy[1]).kind != Kind::String ||
+          values_.text(copy[1]) != "_make_in_reduce_ex") {
+        cursor_.fail(ErrorCode::ForbiddenGlobal,
+                     "getattr is accepted only as getattr(Float8Tensor, '_make_in_reduce_ex')");
+      }
+      return make_global(
+          "transformer_engine.pytorch.tensor.float8_tensor._make_float8_tensor_in_reduce_ex");
+    case GlobalKind::TeDType: {  // an IntEnum: DType(code)
+      if (copy.size() != 1) cursor_.invalid("TransformerEngine DType called without one code");
+      Ref d = values_.make(Kind::TeDType);
+      values_.get(d).number = expect_int(copy[0], "TransformerEngine DType code");
+      return d;
+    }
+    case GlobalKind::TorchSize:  // torch.Size(tuple): the tuple, checked
+      if (copy.size() != 1) cursor_.invalid("torch.Size called without one tuple");
+      expect_int_tuple(copy[0], "torch.Size");
+      return copy[0];
+    case GlobalKind::TeFloat8TensorClass:
     case GlobalKind::StorageType:
     case GlobalKind::DTypeTag:
       break;
   }
   cursor_.invalid("calling " + std::string(g.name) + " is not supported");
+}
+
+Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
+  constexpr std::string_view fn = "_make_float8_tensor_in_reduce_ex";
+  if (a.size() != 6) {
+    cursor_.invalid(std::string(fn) + " called with " + std::to_string(a.size()) +
+                    " arguments, expected 6 (data, fp8_dtype, fp8_scale_inv, dtype, shape, "
+                    "data_transpose)");
+  }
+  auto tensor_or_none = [&](Ref r, const char* what) -> const TensorRef* {
+    const Value& v = values_.get(r);
+    if (v.kind == Kind::None) return nullptr;
+    if (v.kind != Kind::Tensor) {
+      cursor_.invalid(std::string(fn) + ": " + what + " is a " + kind_name(v.kind) +
+                      ", expected a tensor or None");
+    }
+    const TensorRef& t = tensors_[static_cast<size_t>(v.number)];
+    if (dtype_size(t.dtype) != 1) {
+      cursor_.invalid(std::string(fn) + ": " + what + " is " + std::string(dtype_name(t.dtype)) +
+                      ", expected uint8 codes");
+    }
+    return &t;
+  };
+  const TensorRef* data = tensor_or_none(a[0], "data");
+  const TensorRef* transpose = tensor_or_none(a[5], "data_transpose");
+  if (values_.get(a[1]).kind != Kind::TeDType) {
+    cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[1]).kind) +
+                    ", expected a TransformerEngine DType");
+  }
+  const int64_t code = values_.get(a[1]).number;
+  const Value& scale = values_.get(a[2]);
+  if (scale.kind != Kind::Tensor) {
+    cursor_.invalid(std::string(fn) + ": fp8_scale_inv is a " + kind_name(scale.kind) +
+                    ", expected a tensor");
+  }
+  const auto scale_index = static_cast<size_t>(scale.number);
+  const TensorRef& s = tensors_[scale_index];
+  int64_t scale_numel = 1;
+  for (int64_t d : s.shape) scale_numel *= d;
+  if (s.dtype != DType::F32 || scale_numel != 1) {
+    cursor_.invalid(std::string(fn) + ": fp8_scale_inv is " + std::string(dtype_name(s.dtype)) +
+                    " " + shape_to_string(s.shape) + ", expected one F32 value");
+  }
+  if (!is_global(values_, a[3], GlobalKind::DTypeTag)) {
+    cursor_.invalid(std::string(fn) + ": dtype is a " + kind_name(values_.get(a[3]).kind) +
+                    ", expected a torch dtype");
+  }
+  const Shape shape = expect_int_tuple(a[4], std::string(fn) + ": shape");
+  TensorRef t;
+  if (data != nullptr) {
+    if (data->shape != shape) {
+      cursor_.invalid(std::string(fn) + ": data has shape " + shape_to_string(data->shape) +
+                      ", the tensor " + shape_to_string(shape));
+    }
+    t = *data;
+  } else if (transpose != nullptr) {
+    // Only the transpose kept: the logical [out, in] weight is a strided view of it.
+    const bool fits = shape.size() == 2 && transpose->shape == Shape{shape[1], shape[0]};
+    if (!fits) {
+      cursor_.invalid(std::string(fn) + ": data_transpose has shape " +
+                      shape_to_string(transpose->shape) + ", expected the transpose of " +
+                      shape_to_string(shape));
+    }
+    t = *transpose;
+    t.shape = shape;
+    t.stride = {transpose->stride[1], transpose->stride[0]};
+  } else {
+    cursor_.invalid(std::string(fn) + ": neither data nor data_transpose is given");
+  }
+  t.dtype = code == 7 ? DType::F8_E4M3 : code == 8 ? DType::F8_E5M2 : DType::U8;
+  values_.grow(tensors_, "tensors");
+  values_.charge(vector_bytes(t), "tensors");
+  tensors_.push_back(std::move(t));
+  values_.grow(float8_, "tensors");
+  float8_.push_back({tensors_.size() - 1, scale_index, code});
+  values_.charge(kHashEntryBytes, "tensors");
+  float8_of_tensor_.emplace(tensors_.size() - 1, float8_.size() - 1);
+  Ref ref = values_.make(Kind::Tensor);
+  values_.get(ref).number = static_cast<int64_t>(tensors_.size() - 1);
+  return ref;
 }
 
 Ref TorchBuilder::new_object(Ref cls, Ref args) {
@@ -375,11 +498,26 @@ PickledStateDict TorchBuilder::finish(Ref result) {
                       ", not a tensor; only flat name -> tensor dicts are read");
     }
     // One tensor may be listed under many names: each copy of it counts.
-    const TensorRef& t = tensors_[static_cast<size_t>(v.number)];
+    const auto index = static_cast<size_t>(v.number);
+    const TensorRef& t = tensors_[index];
     values_.spend(1 + k.aux / 8 + 2 * t.shape.size(), "the state dict");
     values_.grow(out.tensors, "the state dict");
     values_.charge(k.aux + vector_bytes(t), "the state dict");
     out.tensors.emplace_back(std::string(values_.text(items[i])), t);
+    // A TransformerEngine Float8Tensor: its codes, and its scale beside them as key_scale_inv.
+    if (auto it = float8_of_tensor_.find(index); it != float8_of_tensor_.end()) {
+      const Float8Ref& f = float8_[it->second];
+      const std::string key(values_.text(items[i]));
+      if (f.te_code != 7 && f.te_code != 8) {
+        cursor_.fail(ErrorCode::UnsupportedDType,
+                     "state dict entry " + quote(key) +
+                         ": a TransformerEngine Float8Tensor of TE dtype code " +
+                         std::to_string(f.te_code) +
+                         "; expected 7 (float8 e4m3) or 8 (float8 e5m2)");
+      }
+      values_.grow(out.tensors, "the state dict");
+      out.tensors.emplace_back(key + "_scale_inv", tensors_[f.scale]);
+    }
   }
   return out;
 }

@@ -42,6 +42,11 @@ class TorchBuilder {
 
  private:
   Ref rebuild_tensor(std::span<const Ref> args, bool v3);
+  // TransformerEngine's Float8Tensor from (data, fp8_dtype, fp8_scale_inv, dtype, shape,
+  // data_transpose): a tensor of FP8 codes in the logical shape, remembered with its scale.
+  Ref float8_tensor(std::span<const Ref> args);
+  // A Global value for the allowed global `name`.
+  Ref make_global(std::string_view name);
   // The int >= 0 at `ref`; InvalidPickle naming `what` (and "[index]" when one is given)
   // otherwise. The name is built only for the message: a rank-64 tuple rebuilt from the memo
   // again and again must not cost 64 strings each time.
@@ -55,6 +60,15 @@ class TorchBuilder {
   std::vector<StorageRef> storages_;
   std::unordered_map<std::string, size_t> storage_index_;
   std::vector<TensorRef> tensors_;
+  // Float8Tensors: the tensor of codes, its scale tensor and TE's dtype code (checked at finish,
+  // where the entry's key can be named).
+  struct Float8Ref {
+    size_t tensor;
+    size_t scale;
+    int64_t te_code;
+  };
+  std::vector<Float8Ref> float8_;
+  std::unordered_map<size_t, size_t> float8_of_tensor_;  // tensor index -> float8_ index
 };
 
 }  // namespace grouplin::pickle

@@ -8,8 +8,19 @@
 namespace grouplin::pickle {
 namespace {
 
-constexpr const char* kKindNames[] = {"None", "bool", "int", "float",  "str",     "tuple",
-                                      "list", "dict", "set", "global", "storage", "tensor"};
+constexpr const char* kKindNames[] = {"None",
+                                      "bool",
+                                      "int",
+                                      "float",
+                                      "str",
+                                      "tuple",
+                                      "list",
+                                      "dict",
+                                      "set",
+                                      "global",
+                                      "storage",
+                                      "tensor",
+                                      "transformer_engine DType"};
 
 // What one entry of a node-based hash container costs: a node of two 4-byte fields, the next
 // pointer and the cached hash (a 32-byte block from glibc's allocator), and its bucket pointer.

@@ -29,7 +29,7 @@
 namespace grouplin::pickle {
 
 // clang-format off
-enum class Kind : uint8_t { None, Bool, Int, Float, String, Tuple, List, Dict, Set, Global, Storage, Tensor };
+enum class Kind : uint8_t { None, Bool, Int, Float, String, Tuple, List, Dict, Set, Global, Storage, Tensor, TeDType };
 // clang-format on
 
 // "None", "int", "str", ... as Python names the type.
@@ -45,7 +45,8 @@ struct Value {
   // String: length in bytes; Tuple, List, Dict, Set: index of its item list.
   uint32_t aux = 0;
   // Bool, Int: the value; Float: the double's bits; String: offset in the pickle; Global: index
-  // in the allow-list; Storage, Tensor: index in the tables of the torch reconstructors.
+  // in the allow-list; Storage, Tensor: index in the tables of the torch reconstructors;
+  // TeDType: TransformerEngine's dtype code (7 float8 e4m3, 8 float8 e5m2, ...).
   int64_t number = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "io/error_code_groups.hpp"
 #include "io/memory_sink.hpp"
 #include "io/pickle_builder.hpp"
+#include "io/pt_archive.hpp"
 #include "io/zip.hpp"
 
 // GCC 12 warns about members left out of designated initializers even when they have default
@@ -33,23 +34,9 @@ using namespace test_pickle;
 using test_io::MemorySink;
 
 // --- Archives. ---
-using Records = std::vector<std::pair<std::string, std::string>>;
-
-std::vector<std::byte> archive(const Records& records, zip::ZipWriter::Options options = {}) {
-  MemorySink sink;
-  zip::ZipWriter w(sink, options);
-  for (const auto& [name, data] : records) {
-    w.add_record(name, {reinterpret_cast<const std::byte*>(data.data()), data.size()});
-  }
-  w.finish();
-  return sink.bytes;
-}
-
-std::shared_ptr<Storage> to_storage(const std::vector<std::byte>& bytes) {
-  auto s = Storage::allocate(bytes.size());
-  if (!bytes.empty()) std::memcpy(s->mutable_data(), bytes.data(), bytes.size());
-  return s;
-}
+using test_io::archive;
+using test_io::Records;
+using test_io::to_storage;
 
 std::string floats(std::initializer_list<float> v) {
   std::string s(v.size() * 4, '\0');
