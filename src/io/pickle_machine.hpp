@@ -82,6 +82,12 @@ struct TensorRef {
   int64_t storage_offset = 0;  // in elements of dtype
   Shape shape;
   std::vector<int64_t> stride;  // in elements of dtype, all >= 0
+  // MX scales TransformerEngine stored swizzled for its GEMM (with_gemm_swizzled_scales): the
+  // padded [rows, mx_padded_cols] bytes at storage_offset are in cuBLAS's 128 x 4 tiles, and the
+  // tensor is the [shape[0], shape[1]] top-left corner of them in row-major order (pt_reader
+  // unswizzles it: a permutation).
+  bool mx_swizzled = false;
+  int64_t mx_padded_cols = 0;
 };
 
 // The top-level dict of a state dict pickle.

@@ -11,7 +11,8 @@ namespace {
 // What an allowed global stands for.
 // clang-format off
 enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag,
-                                  TeFloat8Tensor, TeFloat8TensorClass, Getattr, TeDType, TorchSize };
+                                  TeFloat8Tensor, TeFloat8TensorClass, Getattr, TeDType, TorchSize,
+                                  TeMxfp8Tensor, TeMxfp8Quantizer };
 // clang-format on
 
 struct AllowedGlobal {
@@ -38,6 +39,9 @@ constexpr AllowedGlobal kAllowedGlobals[] = {
     {"transformer_engine.pytorch.constants.DType", GlobalKind::TeDType},
     {"transformer_engine_torch.DType", GlobalKind::TeDType},
     {"torch.Size", GlobalKind::TorchSize},
+    {"transformer_engine.pytorch.tensor.mxfp8_tensor._make_mxfp8_tensor_in_reduce_ex",
+     GlobalKind::TeMxfp8Tensor},
+    {"transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Quantizer", GlobalKind::TeMxfp8Quantizer},
     {"torch.FloatStorage", GlobalKind::StorageType, DType::F32},
     {"torch.DoubleStorage", GlobalKind::StorageType, DType::F64},
     {"torch.HalfStorage", GlobalKind::StorageType, DType::F16},
@@ -315,10 +319,10 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
     cursor_.invalid("REDUCE arguments are a " + std::string(kind_name(args.kind)));
   }
   const AllowedGlobal& g = allowed(values_, fn_ref);
-  // No allowed call takes more than 8 arguments; refusing longer tuples before copying keeps a
+  // No allowed call takes more than 9 arguments; refusing longer tuples before copying keeps a
   // pickle that REDUCEs one huge memoized tuple again and again from costing quadratic time.
   std::span<const Ref> a = values_.items(args_ref);
-  if (a.size() > 8) {
+  if (a.size() > 9) {
     cursor_.invalid(std::string(g.name) + " called with " + std::to_string(a.size()) +
                     " arguments");
   }
@@ -346,6 +350,8 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
       return copy[0];
     case GlobalKind::TeFloat8Tensor:
       return float8_tensor(copy);
+    case GlobalKind::TeMxfp8Tensor:
+      return mxfp8_tensor(copy);
     case GlobalKind::Getattr:
       // Only the legacy route to Float8Tensor's reconstructor: getattr(Float8Tensor,
       // '_make_in_reduce_ex'). Any other attribute of anything could be any function.
@@ -368,6 +374,7 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
       expect_int_tuple(copy[0], "torch.Size");
       return copy[0];
     case GlobalKind::TeFloat8TensorClass:
+    case GlobalKind::TeMxfp8Quantizer:
     case GlobalKind::StorageType:
     case GlobalKind::DTypeTag:
       break;
@@ -455,10 +462,99 @@ Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
   return ref;
 }
 
+Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
+  constexpr std::string_view fn = "_make_mxfp8_tensor_in_reduce_ex";
+  if (a.size() != 8 && a.size() != 9) {
+    cursor_.invalid(std::string(fn) + " called with " + std::to_string(a.size()) +
+                    " arguments, expected 9 (rowwise_data, rowwise_scale_inv, columnwise_data, "
+                    "columnwise_scale_inv, fp8_dtype, dtype, shape, quantizer, "
+                    "with_gemm_swizzled_scales)");
+  }
+  auto tensor_or_none = [&](Ref r, const char* what) -> const TensorRef* {
+    const Value& v = values_.get(r);
+    if (v.kind == Kind::None) return nullptr;
+    if (v.kind != Kind::Tensor || dtype_size(tensors_[static_cast<size_t>(v.number)].dtype) != 1) {
+      cursor_.invalid(std::string(fn) + ": " + what + " is a " + kind_name(v.kind) +
+                      ", expected a uint8 tensor or None");
+    }
+    return &tensors_[static_cast<size_t>(v.number)];
+  };
+  const TensorRef* data = tensor_or_none(a[0], "rowwise_data");
+  const TensorRef* scales = tensor_or_none(a[1], "rowwise_scale_inv");
+  tensor_or_none(a[2], "columnwise_data");  // a second copy for the transposed GEMM: dropped
+  tensor_or_none(a[3], "columnwise_scale_inv");
+  if (values_.get(a[4]).kind != Kind::TeDType) {
+    cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[4]).kind) +
+                    ", expected a TransformerEngine DType");
+  }
+  if (!is_global(values_, a[5], GlobalKind::DTypeTag)) {
+    cursor_.invalid(std::string(fn) + ": dtype is a " + kind_name(values_.get(a[5]).kind) +
+                    ", expected a torch dtype");
+  }
+  const Shape shape = expect_int_tuple(a[6], std::string(fn) + ": shape");
+  const Kind quantizer = values_.get(a[7]).kind;
+  if (quantizer != Kind::None && quantizer != Kind::TeQuantizer) {
+    cursor_.invalid(std::string(fn) + ": quantizer is a " + kind_name(quantizer) +
+                    ", expected an MXFP8Quantizer or None");
+  }
+  bool swizzled = false;
+  if (a.size() == 9) {
+    if (values_.get(a[8]).kind != Kind::Bool) {
+      cursor_.invalid(std::string(fn) + ": with_gemm_swizzled_scales is not a bool");
+    }
+    swizzled = values_.get(a[8]).number != 0;
+  }
+  if (data == nullptr || scales == nullptr) {
+    cursor_.fail(ErrorCode::UnsupportedConversion,
+                 std::string(fn) +
+                     ": an MXFP8Tensor without its row-wise data and scales (only the column-wise "
+                     "copy kept), which GroupLin does not read");
+  }
+  if (shape.size() != 2 || data->shape != shape || !is_contiguous(data->shape, data->stride)) {
+    cursor_.invalid(std::string(fn) + ": rowwise_data has shape " + shape_to_string(data->shape) +
+                    ", expected the contiguous 2-D " + shape_to_string(shape));
+  }
+  // TE pads the scales to [roundup(M, 128), roundup(ceil(K / 32), 4)]; exactly that is accepted.
+  auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
+  const int64_t rows = shape[0], cols = (shape[1] + 31) / 32;
+  const Shape padded{round_up(rows, 128), round_up(cols, 4)};
+  if (scales->shape != padded || !is_contiguous(scales->shape, scales->stride)) {
+    cursor_.invalid(std::string(fn) + ": rowwise_scale_inv has shape " +
+                    shape_to_string(scales->shape) + ", expected the contiguous " +
+                    shape_to_string(padded) + " TransformerEngine pads " + shape_to_string(shape) +
+                    "'s [1, 32] block scales to");
+  }
+  const int64_t code = values_.get(a[4]).number;
+  TensorRef w = *data;
+  w.dtype = code == 7 ? DType::F8_E4M3 : code == 8 ? DType::F8_E5M2 : DType::U8;
+  TensorRef s = *scales;
+  s.dtype = DType::F8_E8M0;
+  s.shape = {rows, cols};
+  s.stride = {padded[1], 1};  // the unpadded corner; pt_reader unswizzles a swizzled one
+  s.mx_swizzled = swizzled;
+  s.mx_padded_cols = padded[1];
+  values_.grow(tensors_, "tensors");
+  values_.charge(vector_bytes(w) + vector_bytes(s), "tensors");
+  tensors_.push_back(std::move(w));
+  tensors_.push_back(std::move(s));
+  values_.grow(float8_, "tensors");
+  float8_.push_back({tensors_.size() - 2, tensors_.size() - 1, code});
+  values_.charge(kHashEntryBytes, "tensors");
+  float8_of_tensor_.emplace(tensors_.size() - 2, float8_.size() - 1);
+  Ref ref = values_.make(Kind::Tensor);
+  values_.get(ref).number = static_cast<int64_t>(tensors_.size() - 2);
+  return ref;
+}
+
 Ref TorchBuilder::new_object(Ref cls, Ref args) {
-  if (!is_global(values_, cls, GlobalKind::OrderedDict) || values_.get(args).kind != Kind::Tuple ||
-      !values_.items(args).empty()) {
-    cursor_.invalid("NEWOBJ is only accepted as OrderedDict.__new__(OrderedDict)");
+  const bool no_args = values_.get(args).kind == Kind::Tuple && values_.items(args).empty();
+  if (is_global(values_, cls, GlobalKind::TeMxfp8Quantizer) && no_args) {
+    return values_.make(Kind::TeQuantizer);  // its fields come with BUILD, checked there
+  }
+  if (!is_global(values_, cls, GlobalKind::OrderedDict) || !no_args) {
+    cursor_.invalid(
+        "NEWOBJ is only accepted as OrderedDict.__new__(OrderedDict) or "
+        "MXFP8Quantizer.__new__(MXFP8Quantizer)");
   }
   Ref d = values_.make_container(Kind::Dict, {});
   values_.get(d).ordered = true;
@@ -467,6 +563,29 @@ Ref TorchBuilder::new_object(Ref cls, Ref args) {
 
 void TorchBuilder::build(Ref instance, Ref state) {
   const Value& inst = values_.get(instance);
+  if (inst.kind == Kind::TeQuantizer) {
+    // A quantizer's named fields (rowwise_usage, columnwise_usage, internal, dtype, ...) are
+    // read and ignored; only plain values may be among them.
+    if (values_.get(state).kind != Kind::Dict) {
+      cursor_.invalid("MXFP8Quantizer state is a " +
+                      std::string(kind_name(values_.get(state).kind)) +
+                      ", expected a dict of its fields");
+    }
+    std::span<const Ref> items = values_.items(state);
+    for (size_t i = 0; i < items.size(); i += 2) {
+      const Kind k = values_.get(items[i]).kind;
+      const Kind v = values_.get(items[i + 1]).kind;
+      const bool plain = v == Kind::None || v == Kind::Bool || v == Kind::Int || v == Kind::Float ||
+                         v == Kind::String || v == Kind::TeDType;
+      if (k != Kind::String || !plain) {
+        cursor_.invalid("MXFP8Quantizer field " +
+                        (k == Kind::String ? quote(values_.text(items[i])) : std::string("key")) +
+                        " is a " + kind_name(k == Kind::String ? v : k) +
+                        "; only str fields of None, bool, int, float, str or DType are read");
+      }
+    }
+    return;
+  }
   if (inst.kind != Kind::Dict || !inst.ordered) {
     cursor_.invalid("BUILD on a " + std::string(kind_name(inst.kind)) +
                     "; only an OrderedDict's attributes can be set");
@@ -511,7 +630,7 @@ PickledStateDict TorchBuilder::finish(Ref result) {
       if (f.te_code != 7 && f.te_code != 8) {
         cursor_.fail(ErrorCode::UnsupportedDType,
                      "state dict entry " + quote(key) +
-                         ": a TransformerEngine Float8Tensor of TE dtype code " +
+                         ": a TransformerEngine FP8 tensor of TE dtype code " +
                          std::to_string(f.te_code) +
                          "; expected 7 (float8 e4m3) or 8 (float8 e5m2)");
       }

@@ -45,6 +45,11 @@ class TorchBuilder {
   // TransformerEngine's Float8Tensor from (data, fp8_dtype, fp8_scale_inv, dtype, shape,
   // data_transpose): a tensor of FP8 codes in the logical shape, remembered with its scale.
   Ref float8_tensor(std::span<const Ref> args);
+  // TransformerEngine's MXFP8Tensor from (rowwise_data, rowwise_scale_inv, columnwise_data,
+  // columnwise_scale_inv, fp8_dtype, dtype, shape, quantizer[, with_gemm_swizzled_scales]): the
+  // row-wise codes, remembered with their E8M0 scales unpadded (and to be unswizzled); the
+  // column-wise copy is dropped.
+  Ref mxfp8_tensor(std::span<const Ref> args);
   // A Global value for the allowed global `name`.
   Ref make_global(std::string_view name);
   // The int >= 0 at `ref`; InvalidPickle naming `what` (and "[index]" when one is given)

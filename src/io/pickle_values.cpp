@@ -20,7 +20,8 @@ constexpr const char* kKindNames[] = {"None",
                                       "global",
                                       "storage",
                                       "tensor",
-                                      "transformer_engine DType"};
+                                      "transformer_engine DType",
+                                      "transformer_engine quantizer"};
 
 // What one entry of a node-based hash container costs: a node of two 4-byte fields, the next
 // pointer and the cached hash (a 32-byte block from glibc's allocator), and its bucket pointer.

@@ -43,6 +43,26 @@ Tensor gather(const Storage& storage, const pickle::TensorRef& t) {
   return out;
 }
 
+// MX scales in the layout TransformerEngine hands cuBLAS (TensorRef::mx_swizzled): the padded
+// [R, C] bytes (R a multiple of 128, C of 4) are 128 x 4 tiles, row-tile by row-tile, each tile's
+// scale (r, c) at byte (r % 32) * 16 + (r / 32) * 4 + c. Copied back to row-major order, the
+// padding left out: a permutation, exact.
+Tensor unswizzle_mx_scales(const Storage& storage, const pickle::TensorRef& t) {
+  Tensor out = Tensor::zeros(t.shape, t.dtype);
+  const std::byte* src = storage.data() + t.storage_offset;
+  std::byte* dst = out.mutable_data();
+  const int64_t padded_cols = t.mx_padded_cols;
+  for (int64_t r = 0; r < t.shape[0]; ++r) {
+    for (int64_t c = 0; c < t.shape[1]; ++c) {
+      const int64_t tile = (r / 128) * (padded_cols / 4) + c / 4;
+      const int64_t in_tile = (r % 32) * 16 + (r % 128 / 32) * 4 + c % 4;
+      *dst++ = src[tile * 512 + in_tile];
+    }
+  }
+  detail::count_copied_bytes(out.nbytes());
+  return out;
+}
+
 StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
   const zip::ZipReader archive = zip::ZipReader::open(std::move(bytes));
   const auto& entries = archive.entries();
@@ -124,7 +144,9 @@ StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
   StateDict dict;
   for (auto& [name, t] : pickled.tensors) {
     const std::shared_ptr<Storage>& storage = storages[t.storage];
-    if (pickle::is_contiguous(t.shape, t.stride)) {
+    if (t.mx_swizzled) {
+      dict.insert(std::move(name), unswizzle_mx_scales(*storage, t));
+    } else if (pickle::is_contiguous(t.shape, t.stride)) {
       const size_t offset = static_cast<size_t>(t.storage_offset) * dtype_size(t.dtype);
       dict.insert(std::move(name), Tensor::view_of(storage, offset, t.shape, t.dtype));
     } else {

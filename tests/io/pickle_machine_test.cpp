@@ -121,13 +121,10 @@ TEST(PickleMachine, PlainDictAndMetadataBuild) {
 TEST(PickleMachine, ForbiddenGlobal) {
   expect_error("cposix\nsystem\n(S'touch CANARY'\ntR.", ErrorCode::ForbiddenGlobal,
                "offset 0: forbidden global \"posix.system\"");
-  const char* globals[][2] = {{"builtins", "eval"},
-                              {"os", "system"},
-                              {"nt", "system"},
-                              {"subprocess", "Popen"},
-                              {"builtins", "getattr"},
-                              {"torch", "load"},
-                              {"torch.serialization", "_get_layout"},
+  const char* globals[][2] = {{"builtins", "eval"},    {"os", "system"},
+                              {"nt", "system"},        {"subprocess", "Popen"},
+                              {"builtins", "setattr"},  // getattr: te_fp8_pickle_test.cpp
+                              {"torch", "load"},       {"torch.serialization", "_get_layout"},
                               {"__builtin__", "exec"}};
   for (auto& g : globals) {
     expect_error("\x80\x02" + G(g[0], g[1]) + ").", ErrorCode::ForbiddenGlobal,

@@ -154,6 +154,55 @@ TEST(TeFp8Pickle, TorchSaveFilesReadFieldByField) {
   std::filesystem::remove_all(dir);
 }
 
+// MXFP8Tensor as torch.save pickles it, its scales row-major (a column-wise copy beside) and
+// swizzled for the GEMM: codes as they are, E8M0 scales unpadded and in row-major order, and the
+// values PyTorch's rule gives.
+TEST(TeFp8Pickle, Mxfp8TensorsReadWithPlainScalesAndDequantize) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("grouplin_te_mx_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string output;
+  ASSERT_EQ(test_io::run_python_peer("tests/io/te_fp8_peer.py", dir.string(), output), 0) << output;
+  constexpr int64_t kRows = 130, kCols = 70, kScaleCols = 3;
+  for (const char* name : {"te_mxfp8", "te_mxfp8_swizzled"}) {
+    SCOPED_TRACE(name);
+    const std::string in = (dir / (std::string(name) + ".pt")).string();
+    const StateDict sd = load_pt(in);
+    ASSERT_EQ(sd.keys(), (std::vector<std::string>{"w", "w_scale_inv"}));
+    ASSERT_EQ(sd.at("w").shape(), (Shape{kRows, kCols}));
+    ASSERT_EQ(sd.at("w_scale_inv").dtype(), DType::F8_E8M0);
+    ASSERT_EQ(sd.at("w_scale_inv").shape(), (Shape{kRows, kScaleCols}));
+    const auto* codes = reinterpret_cast<const uint8_t*>(sd.at("w").data());
+    const auto* scales = reinterpret_cast<const uint8_t*>(sd.at("w_scale_inv").data());
+    size_t bad_codes = 0, bad_scales = 0;
+    for (int64_t k = 0; k < kRows * kCols; ++k) {
+      auto want = static_cast<uint8_t>(k % 256);
+      if ((want & 0x7f) == 0x7f) want = 0x3f;
+      bad_codes += codes[k] != want;
+    }
+    for (int64_t k = 0; k < kRows * kScaleCols; ++k) bad_scales += scales[k] != 20 + k % 200;
+    EXPECT_EQ(bad_codes, 0u);
+    EXPECT_EQ(bad_scales, 0u);
+
+    ConvertOptions o;
+    o.dtype = DType::F32;
+    const std::string out = (dir / (std::string(name) + ".safetensors")).string();
+    convert_checkpoint(in, out, o);
+    const StateDict values = load_safetensors(out).tensors;
+    ASSERT_EQ(values.keys(), std::vector<std::string>{"w"});
+    size_t bad_values = 0;
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < kCols; ++c) {
+        const float want =
+            f8e4m3_to_f32(codes[r * kCols + c]) * f8e8m0_to_f32(scales[r * kScaleCols + c / 32]);
+        bad_values += values.at("w").data_as<float>()[r * kCols + c] != want;
+      }
+    }
+    EXPECT_EQ(bad_values, 0u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TeFp8Pickle, Float8TensorsDequantizeOnConvert) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("grouplin_te_fp8_" + std::to_string(::getpid()));
@@ -219,12 +268,30 @@ TEST(TeFp8Pickle, MalformedOrForeignVariantsAreRefused) {
       {"the class called", G(kFloat8Module, "Float8Tensor") + "(tR", 1, ErrorCode::InvalidPickle,
        "is not supported"},
       {"an unknown TE dtype code", float8({.code = 42}), 1, ErrorCode::UnsupportedDType,
-       "state dict entry \"w\": a TransformerEngine Float8Tensor of TE dtype code 42"},
+       "state dict entry \"w\": a TransformerEngine FP8 tensor of TE dtype code 42"},
       {"a float32 TE dtype code", float8({.code = 4}), 1, ErrorCode::UnsupportedDType,
        "TE dtype code 4; expected 7 (float8 e4m3) or 8 (float8 e5m2)"},
       {"a reconstructor outside the list",
        G("transformer_engine.pytorch.tensor.float8_tensor", "Float8Quantizer") + "(tR", 1,
        ErrorCode::ForbiddenGlobal, "Float8Quantizer"},
+      {"an MXFP8 tensor of 7 arguments",
+       G("transformer_engine.pytorch.tensor.mxfp8_tensor", "_make_mxfp8_tensor_in_reduce_ex") +
+           "(NNNN" + te_dtype(7) + G("torch", "bfloat16") + size + "tR",
+       1, ErrorCode::InvalidPickle, "called with 7 arguments, expected 9"},
+      {"an MXFP8 tensor without row-wise data",
+       G("transformer_engine.pytorch.tensor.mxfp8_tensor", "_make_mxfp8_tensor_in_reduce_ex") +
+           "(NN" + data_tensor(false) + "N" + te_dtype(7) + G("torch", "bfloat16") + size + "N" +
+           "\x89tR",
+       1, ErrorCode::UnsupportedConversion, "only the column-wise copy kept"},
+      {"MX scales of the wrong padding (an oversized array)",
+       G("transformer_engine.pytorch.tensor.mxfp8_tensor", "_make_mxfp8_tensor_in_reduce_ex") +
+           "(" + data_tensor(false) + data_tensor(false) + "NN" + te_dtype(7) +
+           G("torch", "bfloat16") + size + "N\x89tR",
+       1, ErrorCode::InvalidPickle, "expected the contiguous [128, 4]"},
+      {"a quantizer with a tensor field",
+       G("transformer_engine.pytorch.tensor.mxfp8_tensor", "MXFP8Quantizer") + ")\x81" + "}" +
+           U("scale") + scale_tensor() + "sb",
+       1, ErrorCode::InvalidPickle, "MXFP8Quantizer field \"scale\" is a tensor"},
   };
   for (const Bad& b : cases) {
     SCOPED_TRACE(b.what);
