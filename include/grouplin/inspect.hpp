@@ -46,7 +46,8 @@ struct CheckpointSummary {
 // Validates the checkpoint at `path` (a file, or a directory of shards) with its format's reader
 // and scans it for grouped modules,
 // reading only what the reader needs (headers, the .pt pickle and zip directory); no read-ahead
-// of tensor data is started. Inconsistent expert sets are reported in scan.problems, not thrown.
+// of tensor data is started. Inconsistent expert sets are reported in scan.problems, not thrown,
+// and so are FP8 scales of a dense layer that fit no block of its weight (ScaleShapeMismatch).
 // Throws Error(IoError), Error(UnknownFormat) and the readers' errors, naming the file.
 // Also the directory errors of sharded_checkpoint.hpp. `rules` as in scan_grouped_modules
 // (empty: detected from the keys and `model_type`, or a directory's config.json when empty).

@@ -2,6 +2,7 @@
 #include "grouplin/inspect.hpp"
 
 #include "io/checkpoint_source.hpp"
+#include "layout/dequantize_plan.hpp"
 #include "layout/plan.hpp"
 
 namespace grouplin {
@@ -25,6 +26,8 @@ CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<
   s.warnings = src->warnings();
   s.scan = layout::scan(s.tensors,
                         {rules, model_type.empty() ? s.model_type : std::string(model_type), {}});
+  for (Error& e : layout::scale_problems(s.tensors, s.scan))
+    s.scan.problems.push_back(std::move(e));
   return s;
 }
 

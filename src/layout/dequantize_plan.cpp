@@ -1,7 +1,9 @@
 // FP8 weights paired with their scales and planned as values (layout/dequantize_plan.hpp).
 #include "layout/dequantize_plan.hpp"
 
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "grouplin/error.hpp"
 #include "layout/compiled_rules.hpp"
@@ -99,6 +101,28 @@ size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingSca
   }
   tensors = std::move(kept);
   return count;
+}
+
+std::vector<Error> scale_problems(const StateDict& dict, const GroupedScan& scan) {
+  std::unordered_set<std::string> in_modules;
+  for (const GroupedModule& m : scan.modules) in_modules.insert(m.keys.begin(), m.keys.end());
+  std::vector<Error> out;
+  for (const auto& [name, t] : dict) {
+    if (!is_fp8(t.dtype()) || in_modules.count(name) != 0) continue;
+    const std::string scale_name = name + "_scale_inv";
+    const Tensor* scales = dict.find(scale_name);
+    if (scales == nullptr || in_modules.count(scale_name) != 0) continue;
+    const bool reported = std::any_of(
+        scan.problems.begin(), scan.problems.end(),
+        [&](const Error& e) { return e.message().find(quote(scale_name)) != std::string::npos; });
+    if (reported) continue;
+    try {
+      fit_blocks(PlannedTensor::of(name, t), PlannedTensor::of(scale_name, *scales));
+    } catch (const Error& e) {
+      out.push_back(e);
+    }
+  }
+  return out;
 }
 
 }  // namespace grouplin::layout

@@ -26,4 +26,9 @@ enum class MissingScales {
 // Every other tensor is left as it is, in order.
 size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingScales missing);
 
+// The FP8 weights outside `scan`'s grouped modules (dense layers) whose scales beside them fit no
+// block, one Error(ScaleShapeMismatch) each, as dequantize_plan would throw it; scales the scan
+// already reports a problem for are left to it. Never throws for what the dict holds.
+std::vector<Error> scale_problems(const StateDict& dict, const GroupedScan& scan);
+
 }  // namespace grouplin::layout

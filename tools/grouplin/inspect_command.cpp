@@ -245,7 +245,7 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
     }
   }
   if (!s.scan.problems.empty()) {
-    std::printf("problems (convert will refuse this file):\n");
+    std::printf("problems (convert refuses a grouped module's; --dtype any):\n");
     for (const Error& e : s.scan.problems) std::printf("  %s\n", e.what());
   }
   const Totals t = totals_of(s);
@@ -264,8 +264,9 @@ void run_inspect(const InspectConfig& c) {
   }
   if (!s.scan.problems.empty()) {
     std::cerr << "grouplin: " << quote(c.file) << ": " << s.scan.problems.size()
-              << " inconsistent grouped module(s); the first: " << s.scan.problems.front().what()
-              << "\n";
+              << " problem(s) (inconsistent grouped modules, FP8 scales that fit no block); the "
+                 "first: "
+              << s.scan.problems.front().what() << "\n";
     g_exit_code = 2;
   }
 }
