@@ -64,9 +64,22 @@ StackedTensorRule te_named(const std::string& name, std::vector<std::string> dim
   return {"{prefix}" + name, {"{prefix}" + name + ".weight{expert}"}, std::move(dims)};
 }
 
+// The FP8 scales of stacked tensor `weight` of a stacked-only family: P.weight_scale_inv
+// [N, ...] and, per expert, TransformerEngine's P.weight.weight{i}_scale_inv.
+StackedTensorRule te_named_scales(const std::string& weight) {
+  StackedTensorRule s{"{prefix}" + weight + "_scale_inv",
+                      {"{prefix}" + weight + ".weight{expert}_scale_inv"},
+                      {"blocks"},
+                      true};
+  s.scale_of = "{prefix}" + weight;
+  s.blocks = layout::fp8_scale_blocks();
+  return s;
+}
+
 // Experts stacked on the Hub already (gate_up_proj [N, 2I, H], down_proj [N, H, I], or both
 // transposed): their only per-expert names are TransformerEngine's, one GroupedLinear per
-// projection (P.gate_up_proj.weight{i} [2I, H]).
+// projection (P.gate_up_proj.weight{i} [2I, H]). Stored in the per-expert orientation, their FP8
+// scales follow them (a transposed weight's scales have no agreed orientation: they pass through).
 LayoutRules stacked_only(std::string name, bool transposed) {
   LayoutRules r;
   r.name = std::move(name);
@@ -76,6 +89,10 @@ LayoutRules stacked_only(std::string name, bool transposed) {
   StackedTensorRule down = te_named("down_proj", {"hidden", "inter"});
   gate_up.transposed = down.transposed = transposed;
   r.tensors = {gate_up, down};
+  if (!transposed) {
+    r.tensors.push_back(te_named_scales("gate_up_proj"));
+    r.tensors.push_back(te_named_scales("down_proj"));
+  }
   return r;
 }
 

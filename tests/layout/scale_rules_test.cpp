@@ -189,6 +189,35 @@ TEST(ScaleRules, FusingScalesOffABlockBoundaryIsANamedErrorAtPlanning) {
             ErrorCode::ScaleBlocksUnaligned);
 }
 
+// A family stored stacked on the Hub (GraniteMoE, Qwen3-VL-MoE, ...): its scales go to
+// TransformerEngine's per-expert names with their weights, and back.
+TEST(ScaleRules, StackedOnlyFamiliesCarryTheirScalesToTeNames) {
+  StateDict single;
+  const std::string p = "model.layers.0.mlp.experts.";
+  single.insert(p + "gate_up_proj", pattern_tensor({3, 256, 200}, DType::F8_E4M3, 1));
+  single.insert(p + "gate_up_proj_scale_inv", pattern_tensor({3, 2, 2}, DType::F32, 2));
+  single.insert(p + "down_proj", pattern_tensor({3, 200, 128}, DType::F8_E4M3, 3));
+  single.insert(p + "down_proj_scale_inv", pattern_tensor({3, 2, 1}, DType::F32, 4));
+  PlanOptions o;
+  o.rules = {builtin_rules("stacked"), builtin_rules("te")};
+  GroupedScan scan = scan_grouped_modules(single, {builtin_rules("stacked")});
+  ASSERT_TRUE(scan.problems.empty()) << scan.problems.front().what();
+  ASSERT_EQ(scan.modules.size(), 1u);
+  ASSERT_EQ(scan.modules[0].tensors.size(), 4u);
+  EXPECT_EQ(scan.modules[0].tensors[2].block, (std::vector<int64_t>{128, 128}));
+  const ConversionPlan per_expert = plan_conversion(single, ExpertLayout::PerExpert, o);
+  StateDict te;
+  for (const PlannedTensor& t : per_expert.tensors) {
+    ASSERT_EQ(t.pieces.size(), 1u) << t.name;
+    te.insert(t.name, t.pieces[0].reshape(t.shape));
+  }
+  ASSERT_TRUE(te.contains(p + "gate_up_proj.weight2_scale_inv"));
+  EXPECT_EQ(te.at(p + "gate_up_proj.weight2_scale_inv").shape(), (Shape{2, 2}));
+  PlanOptions back;
+  back.rules = o.rules;
+  EXPECT_EQ(bytes_of(plan_conversion(te, ExpertLayout::Single, back)), bytes_of(single));
+}
+
 TEST(ScaleRules, RuleFilesDeclareScalesAndTheirBlocks) {
   const LayoutRules te = builtin_rules("te");
   const LayoutRules back = parse_rules(rules_to_json(te), "round trip");
