@@ -116,7 +116,7 @@ def make_checkpoint(path, size_gib, experts, out_features, in_features, bias):
 def write_safetensors(path, entries, metadata=None, chunk=None):
     """A safetensors file of `entries` (name, dtype, shape, nbytes) with random bytes, in
     GroupLin's (and the reference's) order: by dtype size, then name."""
-    size_rank = {"F32": 0, "BF16": 1}
+    size_rank = {"F32": 0, "BF16": 1, "F8_E4M3": 2}
     entries = sorted(entries, key=lambda e: (size_rank[e[1]], e[0]))
     header, offset = {}, 0
     if metadata:

