@@ -159,6 +159,16 @@ def make_hf_dir(path, size_gib, experts, hidden, inter, shards):
                 entries.append((f"{p}experts.{e}.{name}.weight", "BF16", shape, hidden * inter * 2))
         entries.append((f"model.layers.{l}.post_attention_layernorm.weight", "F32", [hidden],
                         hidden * 4))
+    total = write_hf_shards(path, entries, shards,
+                            {"model_type": "qwen3_moe", "num_experts": experts,
+                             "hidden_size": hidden, "moe_intermediate_size": inter})
+    return layers, total
+
+
+def write_hf_shards(path, entries, shards, config):
+    """`entries` (name, dtype, shape, nbytes) with random bytes in `shards` shards, entry k in
+    shard k % shards, as Hugging Face names them, with an index and `config` as config.json.
+    Returns the tensor bytes."""
     names = [f"model-{s + 1:05d}-of-{shards:05d}.safetensors" for s in range(shards)]
     parts = [[] for _ in range(shards)]
     weight_map = {}
@@ -172,9 +182,8 @@ def make_hf_dir(path, size_gib, experts, hidden, inter, shards):
         f.write(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
                            indent=2, sort_keys=True) + "\n")
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump({"model_type": "qwen3_moe", "num_experts": experts, "hidden_size": hidden,
-                   "moe_intermediate_size": inter}, f)
-    return layers, total
+        json.dump(config, f)
+    return total
 
 
 def dir_bytes(path):

@@ -22,7 +22,6 @@ dequantizing conversion's input and output GB/s.
 """
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -33,7 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convert import dir_bytes, fsync_tree, write_safetensors  # noqa: E402
+from convert import dir_bytes, fsync_tree, write_hf_shards  # noqa: E402
 
 
 def make_fp8_dir(path, size_gib, experts, hidden, inter, shards):
@@ -52,20 +51,8 @@ def make_fp8_dir(path, size_gib, experts, hidden, inter, shards):
                 entries.append((k, "F8_E4M3", [rows, cols], rows * cols))
                 sr, sc = blocks(rows), blocks(cols)
                 entries.append((k + "_scale_inv", "F32", [sr, sc], sr * sc * 4))
-    names = [f"model-{s + 1:05d}-of-{shards:05d}.safetensors" for s in range(shards)]
-    parts = [[] for _ in range(shards)]
-    weight_map = {}
-    for k, e in enumerate(entries):
-        parts[k % shards].append(e)
-        weight_map[e[0]] = names[k % shards]
-    # Random bytes would hold NaN codes and huge scales; any bytes are valid input all the same.
-    chunk = os.urandom(8 << 20)
-    total = sum(write_safetensors(os.path.join(path, n), part, {"format": "pt"}, chunk)
-                for n, part in zip(names, parts))
-    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump({"model_type": "qwen3_moe", "num_experts": experts}, f)
+    # Random bytes hold NaN codes and huge scales too: any bytes are valid input all the same.
+    total = write_hf_shards(path, entries, shards, {"model_type": "qwen3_moe", "num_experts": experts})
     return layers, total
 
 
