@@ -319,7 +319,6 @@ constexpr size_t kChunkElements = 1024;
 
 // ---- Scalar conversions ----
 
-
 float f16_to_f32(uint16_t bits) {
   const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
   const uint32_t exponent = (bits >> 10) & 0x1f;

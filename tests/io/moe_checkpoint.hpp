@@ -97,7 +97,8 @@ inline StateDict moe_state_dict(const std::vector<MoeModuleSpec>& modules, Exper
 // gate_up_proj [N, 2I, H] (each expert's gate rows, then its up rows) and down_proj [N, H, I],
 // every ".block_sparse_moe." renamed ".mlp.". Values do not depend on the form. `scales` adds
 // FP8-style weight_scale_inv entries ([ceil(out/128), ceil(in/128)], F32) beside each weight; the
-// fused form concatenates the gate's and the up's, which is exact when `inter` is a multiple of 128.
+// fused form concatenates the gate's and the up's, which is exact when `inter` is a multiple of
+// 128.
 struct HfSpec {
   std::string family = "qwen";
   int64_t layers = 2, experts = 4, hidden = 6, inter = 4;
