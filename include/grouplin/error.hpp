@@ -68,6 +68,7 @@ namespace grouplin {
   X(FileTooSmall)               \
   X(Truncated)                  \
   X(OutputHoldsOtherFiles)      \
+  X(CopyDropped)                \
   /* Stopped by the caller. */  \
   X(Interrupted)                \
   /* Sharded directories. */    \

@@ -13,7 +13,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/state_dict.hpp"
 #include "grouplin/storage.hpp"
@@ -29,6 +31,9 @@ struct PtReadOptions {
   // misbehave, since every size and offset is checked structurally. Callers that want end-to-end
   // integrity (a `verify` command) turn it on.
   bool check_storage_crc = false;
+  // When set, receives what the reader leaves out on purpose, as warnings: the column-wise copy
+  // of a TransformerEngine MXFP8Tensor (CopyDropped, naming the entry). Not owned.
+  std::vector<Problem>* notes = nullptr;
 };
 
 // Maps `path` read-only and returns its state dict in the file's order. Tensors are read-only

@@ -56,6 +56,7 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
     src->format_ = c.format;
     src->tensors_ = std::move(c.tensors);
     src->metadata_ = std::move(c.metadata);
+    src->warnings_ = std::move(c.notes);
     return src;
   }
 
@@ -79,6 +80,9 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
   // Checked before the shards' tensors join one dict, so that a tensor in two shards is
   // reported as such.
   src->warnings_ = check_shard_contents(dir, contents);
+  for (FileContents& shard : shards) {
+    for (Problem& n : shard.notes) src->warnings_.push_back(std::move(n));
+  }
   // In natural key order, whatever shard holds what: the order a conversion writes then depends
   // on the names alone, so that converting GroupLin's output back and forth gives the same files.
   std::vector<const StateDict::Entry*> entries;
@@ -139,7 +143,9 @@ CheckpointSource::FileContents CheckpointSource::open_file(const std::string& pa
   c.format = detect_format(path);
   std::shared_ptr<Storage> bytes = file.mapping->storage(0, file.mapping->size());
   if (c.format == CheckpointFormat::Pt) {
-    c.tensors = parse_pt(bytes, path, pt_options);
+    PtReadOptions with_notes = pt_options;
+    with_notes.notes = &c.notes;
+    c.tensors = parse_pt(bytes, path, with_notes);
   } else if (aligned_views) {
     SafetensorsFile parsed = parse_safetensors(bytes, path);
     c.tensors = std::move(parsed.tensors);

@@ -69,8 +69,8 @@ class CheckpointSource {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The directory's listing and index; nullptr for a single file.
   const CheckpointDir* directory() const { return dir_ ? &*dir_ : nullptr; }
-  // What the input gets wrong without stopping a reader (check_shard_contents' warnings); empty
-  // for a file.
+  // What the input gets wrong, or the reader leaves out on purpose, without stopping a reader:
+  // check_shard_contents' warnings for a directory, the .pt reader's notes (CopyDropped).
   const std::vector<Problem>& warnings() const { return warnings_; }
   // config.json's model_type for a directory; "" for a file.
   std::string model_type() const { return dir_ ? dir_->model_type : ""; }
@@ -99,6 +99,7 @@ class CheckpointSource {
     CheckpointFormat format = CheckpointFormat::Safetensors;
     StateDict tensors;
     std::map<std::string, std::string> metadata;
+    std::vector<Problem> notes;  // a .pt file's PtReadOptions::notes
   };
   // Opens, maps and validates the file at `path`, adding it to files_.
   FileContents open_file(const std::string& path, const PtReadOptions& pt_options,

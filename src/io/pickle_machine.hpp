@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "grouplin/dtype.hpp"
+#include "grouplin/error.hpp"
 #include "grouplin/tensor.hpp"
 
 namespace grouplin::pickle {
@@ -94,6 +95,7 @@ struct TensorRef {
 struct PickledStateDict {
   std::vector<std::pair<std::string, TensorRef>> tensors;  // in the dict's order
   std::vector<StorageRef> storages;                        // in order of first reference
+  std::vector<Problem> notes;  // what was left out on purpose (PtReadOptions::notes)
 };
 
 // Runs the pickle and returns its top-level dict (collections.OrderedDict or dict) of

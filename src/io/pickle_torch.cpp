@@ -481,7 +481,8 @@ Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
   };
   const TensorRef* data = tensor_or_none(a[0], "rowwise_data");
   const TensorRef* scales = tensor_or_none(a[1], "rowwise_scale_inv");
-  tensor_or_none(a[2], "columnwise_data");  // a second copy for the transposed GEMM: dropped
+  // A second quantization for the transposed GEMM: dropped, and said (PtReadOptions::notes).
+  const bool columnwise = tensor_or_none(a[2], "columnwise_data") != nullptr;
   tensor_or_none(a[3], "columnwise_scale_inv");
   if (values_.get(a[4]).kind != Kind::TeDType) {
     cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[4]).kind) +
@@ -538,7 +539,7 @@ Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
   tensors_.push_back(std::move(w));
   tensors_.push_back(std::move(s));
   values_.grow(float8_, "tensors");
-  float8_.push_back({tensors_.size() - 2, tensors_.size() - 1, code});
+  float8_.push_back({tensors_.size() - 2, tensors_.size() - 1, code, columnwise});
   values_.charge(kHashEntryBytes, "tensors");
   float8_of_tensor_.emplace(tensors_.size() - 2, float8_.size() - 1);
   Ref ref = values_.make(Kind::Tensor);
@@ -636,6 +637,14 @@ PickledStateDict TorchBuilder::finish(Ref result) {
       }
       values_.grow(out.tensors, "the state dict");
       out.tensors.emplace_back(key + "_scale_inv", tensors_[f.scale]);
+      if (f.dropped_columnwise) {
+        values_.grow(out.notes, "the state dict");
+        out.notes.push_back({ErrorCode::CopyDropped, key,
+                             quote(key) +
+                                 ": the column-wise copy of this MXFP8Tensor (a second "
+                                 "quantization for the transposed GEMM) is left out; its row-wise "
+                                 "codes and scales are read"});
+      }
     }
   }
   return out;

@@ -71,6 +71,7 @@ class TorchBuilder {
     size_t tensor;
     size_t scale;
     int64_t te_code;
+    bool dropped_columnwise = false;  // an MXFP8Tensor's column-wise copy was left out
   };
   std::vector<Float8Ref> float8_;
   std::unordered_map<size_t, size_t> float8_of_tensor_;  // tensor index -> float8_ index

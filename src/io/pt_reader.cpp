@@ -141,6 +141,9 @@ StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
     storages.push_back(std::move(storage));
   }
 
+  if (options.notes != nullptr) {
+    for (Problem& n : pickled.notes) options.notes->push_back(std::move(n));
+  }
   StateDict dict;
   for (auto& [name, t] : pickled.tensors) {
     const std::shared_ptr<Storage>& storage = storages[t.storage];

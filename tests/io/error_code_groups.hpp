@@ -60,6 +60,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::ScaleBlocksUnaligned:
     case ErrorCode::IoError:
     case ErrorCode::OutputHoldsOtherFiles:  // about convert's output, never a file's content
+    case ErrorCode::CopyDropped:            // a warning (PtReadOptions::notes), never thrown
     case ErrorCode::Interrupted:  // thrown by a caller's callback (the CLI on Ctrl-C), never a file
       return true;
     default:
