@@ -143,11 +143,14 @@ def write_safetensors(path, entries, metadata=None, chunk=None):
     return offset
 
 
-def make_hf_dir(path, size_gib, experts, hidden, inter, shards):
-    """A Hugging Face MoE directory of Qwen-style module lists (BF16), tensor k in shard
-    k % shards so that every expert spans three shards; index and config.json as downloaded."""
+def make_hf_dir(path, size_gib, experts, hidden, inter, shards, fp8=False):
+    """A Hugging Face MoE directory of Qwen-style module lists (BF16; with fp8, F8_E4M3 experts
+    beside F32 weight_scale_inv per [128, 128] block, as DeepSeek-V3 and Qwen3-FP8), tensor k in
+    shard k % shards so that every expert spans three shards; index and config.json as
+    downloaded."""
     os.makedirs(path)
-    expert_bytes = 3 * hidden * inter * 2
+    esize = 1 if fp8 else 2
+    expert_bytes = 3 * hidden * inter * esize
     layers = max(1, round(size_gib * (1 << 30) / (experts * expert_bytes)))
     entries = [("model.embed_tokens.weight", "BF16", [1024, hidden], 1024 * hidden * 2)]
     for l in range(layers):
@@ -156,7 +159,11 @@ def make_hf_dir(path, size_gib, experts, hidden, inter, shards):
         for e in range(experts):
             for name, shape in (("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]),
                                 ("down_proj", [hidden, inter])):
-                entries.append((f"{p}experts.{e}.{name}.weight", "BF16", shape, hidden * inter * 2))
+                k = f"{p}experts.{e}.{name}.weight"
+                entries.append((k, "F8_E4M3" if fp8 else "BF16", shape, hidden * inter * esize))
+                if fp8:
+                    blocks = [(shape[0] + 127) // 128, (shape[1] + 127) // 128]
+                    entries.append((k + "_scale_inv", "F32", blocks, blocks[0] * blocks[1] * 4))
         entries.append((f"model.layers.{l}.post_attention_layernorm.weight", "F32", [hidden],
                         hidden * 4))
     total = write_hf_shards(path, entries, shards,

@@ -32,28 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convert import dir_bytes, fsync_tree, write_hf_shards  # noqa: E402
-
-
-def make_fp8_dir(path, size_gib, experts, hidden, inter, shards):
-    os.makedirs(path)
-    blocks = lambda n: (n + 127) // 128  # noqa: E731
-    expert_bytes = 3 * hidden * inter
-    layers = max(1, round(size_gib * (1 << 30) / (experts * expert_bytes)))
-    entries = [("model.embed_tokens.weight", "BF16", [1024, hidden], 1024 * hidden * 2)]
-    for l in range(layers):
-        p = f"model.layers.{l}.mlp."
-        entries.append((p + "gate.weight", "BF16", [experts, hidden], experts * hidden * 2))
-        for e in range(experts):
-            for name, (rows, cols) in (("gate_proj", (inter, hidden)), ("up_proj", (inter, hidden)),
-                                       ("down_proj", (hidden, inter))):
-                k = f"{p}experts.{e}.{name}.weight"
-                entries.append((k, "F8_E4M3", [rows, cols], rows * cols))
-                sr, sc = blocks(rows), blocks(cols)
-                entries.append((k + "_scale_inv", "F32", [sr, sc], sr * sc * 4))
-    # Random bytes hold NaN codes and huge scales too: any bytes are valid input all the same.
-    total = write_hf_shards(path, entries, shards, {"model_type": "qwen3_moe", "num_experts": experts})
-    return layers, total
+from convert import dir_bytes, fsync_tree, make_hf_dir  # noqa: E402
 
 
 def timed(cmd):
@@ -72,7 +51,7 @@ def main():
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="fp8-bench-", dir=args.dir or "build")
     src = os.path.join(root, "fp8")
-    layers, total = make_fp8_dir(src, args.size_gib, 64, 2048, 768, 4)
+    layers, total = make_hf_dir(src, args.size_gib, 64, 2048, 768, 4, fp8=True)
     out = os.path.join(root, "out")
     print(f"input: {layers} layers, {total / 1e9:.2f} GB in 4 shards; load {os.getloadavg()[0]:.2f}")
 
