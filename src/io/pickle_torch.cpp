@@ -303,11 +303,42 @@ Ref TorchBuilder::rebuild_tensor(std::span<const Ref> args, bool v3) {
                      " of storage \"" + s.key + "\" (" + s.type + ") that holds " +
                      std::to_string(capacity) + " elements of " + std::string(dtype_name(t.dtype)));
   }
+  return push_tensor(std::move(t));
+}
+
+Ref TorchBuilder::push_tensor(TensorRef t) {
   values_.grow(tensors_, "tensors");
   values_.charge(vector_bytes(t), "tensors");
   tensors_.push_back(std::move(t));
   Ref ref = values_.make(Kind::Tensor);
   values_.get(ref).number = static_cast<int64_t>(tensors_.size() - 1);
+  return ref;
+}
+
+const TensorRef* TorchBuilder::codes_or_none(Ref r, std::string_view fn, const char* what) const {
+  const Value& v = values_.get(r);
+  if (v.kind == Kind::None) return nullptr;
+  if (v.kind != Kind::Tensor) {
+    cursor_.invalid(std::string(fn) + ": " + what + " is a " + kind_name(v.kind) +
+                    ", expected a tensor or None");
+  }
+  const TensorRef& t = tensors_[static_cast<size_t>(v.number)];
+  if (dtype_size(t.dtype) != 1) {
+    cursor_.invalid(std::string(fn) + ": " + what + " is " + std::string(dtype_name(t.dtype)) +
+                    ", expected uint8 codes");
+  }
+  return &t;
+}
+
+Ref TorchBuilder::push_fp8(TensorRef codes, int64_t te_code, size_t scale,
+                           bool dropped_columnwise) {
+  // The dtype is known when TE's code is; any other code is refused at finish, with the key.
+  codes.dtype = te_code == 7 ? DType::F8_E4M3 : te_code == 8 ? DType::F8_E5M2 : DType::U8;
+  const Ref ref = push_tensor(std::move(codes));
+  values_.grow(float8_, "tensors");
+  float8_.push_back({tensors_.size() - 1, scale, te_code, dropped_columnwise});
+  values_.charge(kHashEntryBytes, "tensors");
+  float8_of_tensor_.emplace(tensors_.size() - 1, float8_.size() - 1);
   return ref;
 }
 
@@ -389,22 +420,8 @@ Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
                     " arguments, expected 6 (data, fp8_dtype, fp8_scale_inv, dtype, shape, "
                     "data_transpose)");
   }
-  auto tensor_or_none = [&](Ref r, const char* what) -> const TensorRef* {
-    const Value& v = values_.get(r);
-    if (v.kind == Kind::None) return nullptr;
-    if (v.kind != Kind::Tensor) {
-      cursor_.invalid(std::string(fn) + ": " + what + " is a " + kind_name(v.kind) +
-                      ", expected a tensor or None");
-    }
-    const TensorRef& t = tensors_[static_cast<size_t>(v.number)];
-    if (dtype_size(t.dtype) != 1) {
-      cursor_.invalid(std::string(fn) + ": " + what + " is " + std::string(dtype_name(t.dtype)) +
-                      ", expected uint8 codes");
-    }
-    return &t;
-  };
-  const TensorRef* data = tensor_or_none(a[0], "data");
-  const TensorRef* transpose = tensor_or_none(a[5], "data_transpose");
+  const TensorRef* data = codes_or_none(a[0], fn, "data");
+  const TensorRef* transpose = codes_or_none(a[5], fn, "data_transpose");
   if (values_.get(a[1]).kind != Kind::TeDType) {
     cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[1]).kind) +
                     ", expected a TransformerEngine DType");
@@ -449,17 +466,7 @@ Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
   } else {
     cursor_.invalid(std::string(fn) + ": neither data nor data_transpose is given");
   }
-  t.dtype = code == 7 ? DType::F8_E4M3 : code == 8 ? DType::F8_E5M2 : DType::U8;
-  values_.grow(tensors_, "tensors");
-  values_.charge(vector_bytes(t), "tensors");
-  tensors_.push_back(std::move(t));
-  values_.grow(float8_, "tensors");
-  float8_.push_back({tensors_.size() - 1, scale_index, code});
-  values_.charge(kHashEntryBytes, "tensors");
-  float8_of_tensor_.emplace(tensors_.size() - 1, float8_.size() - 1);
-  Ref ref = values_.make(Kind::Tensor);
-  values_.get(ref).number = static_cast<int64_t>(tensors_.size() - 1);
-  return ref;
+  return push_fp8(std::move(t), code, scale_index, false);
 }
 
 Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
@@ -470,20 +477,11 @@ Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
                     "columnwise_scale_inv, fp8_dtype, dtype, shape, quantizer, "
                     "with_gemm_swizzled_scales)");
   }
-  auto tensor_or_none = [&](Ref r, const char* what) -> const TensorRef* {
-    const Value& v = values_.get(r);
-    if (v.kind == Kind::None) return nullptr;
-    if (v.kind != Kind::Tensor || dtype_size(tensors_[static_cast<size_t>(v.number)].dtype) != 1) {
-      cursor_.invalid(std::string(fn) + ": " + what + " is a " + kind_name(v.kind) +
-                      ", expected a uint8 tensor or None");
-    }
-    return &tensors_[static_cast<size_t>(v.number)];
-  };
-  const TensorRef* data = tensor_or_none(a[0], "rowwise_data");
-  const TensorRef* scales = tensor_or_none(a[1], "rowwise_scale_inv");
+  const TensorRef* data = codes_or_none(a[0], fn, "rowwise_data");
+  const TensorRef* scales = codes_or_none(a[1], fn, "rowwise_scale_inv");
   // A second quantization for the transposed GEMM: dropped, and said (PtReadOptions::notes).
-  const bool columnwise = tensor_or_none(a[2], "columnwise_data") != nullptr;
-  tensor_or_none(a[3], "columnwise_scale_inv");
+  const bool columnwise = codes_or_none(a[2], fn, "columnwise_data") != nullptr;
+  codes_or_none(a[3], fn, "columnwise_scale_inv");
   if (values_.get(a[4]).kind != Kind::TeDType) {
     cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[4]).kind) +
                     ", expected a TransformerEngine DType");
@@ -525,26 +523,15 @@ Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
                     shape_to_string(padded) + " TransformerEngine pads " + shape_to_string(shape) +
                     "'s [1, 32] block scales to");
   }
-  const int64_t code = values_.get(a[4]).number;
-  TensorRef w = *data;
-  w.dtype = code == 7 ? DType::F8_E4M3 : code == 8 ? DType::F8_E5M2 : DType::U8;
   TensorRef s = *scales;
   s.dtype = DType::F8_E8M0;
   s.shape = {rows, cols};
   s.stride = {padded[1], 1};  // the unpadded corner; pt_reader unswizzles a swizzled one
   s.mx_swizzled = swizzled;
   s.mx_padded_cols = padded[1];
-  values_.grow(tensors_, "tensors");
-  values_.charge(vector_bytes(w) + vector_bytes(s), "tensors");
-  tensors_.push_back(std::move(w));
-  tensors_.push_back(std::move(s));
-  values_.grow(float8_, "tensors");
-  float8_.push_back({tensors_.size() - 2, tensors_.size() - 1, code, columnwise});
-  values_.charge(kHashEntryBytes, "tensors");
-  float8_of_tensor_.emplace(tensors_.size() - 2, float8_.size() - 1);
-  Ref ref = values_.make(Kind::Tensor);
-  values_.get(ref).number = static_cast<int64_t>(tensors_.size() - 2);
-  return ref;
+  TensorRef codes = *data;  // copied first: pushing the scales may move tensors_
+  const auto scale_index = static_cast<size_t>(values_.get(push_tensor(std::move(s))).number);
+  return push_fp8(std::move(codes), values_.get(a[4]).number, scale_index, columnwise);
 }
 
 Ref TorchBuilder::new_object(Ref cls, Ref args) {

@@ -50,6 +50,13 @@ class TorchBuilder {
   // row-wise codes, remembered with their E8M0 scales unpadded (and to be unswizzled); the
   // column-wise copy is dropped.
   Ref mxfp8_tensor(std::span<const Ref> args);
+  // t appended to the tensors, as a Tensor value.
+  Ref push_tensor(TensorRef t);
+  // The tensor at r, of one-byte elements (FP8 codes, MX scales), or nullptr for None;
+  // InvalidPickle naming `fn` and the argument `what` otherwise.
+  const TensorRef* codes_or_none(Ref r, std::string_view fn, const char* what) const;
+  // `codes` as FP8 of TE's dtype code, remembered with the tensor of its scales.
+  Ref push_fp8(TensorRef codes, int64_t te_code, size_t scale, bool dropped_columnwise);
   // A Global value for the allowed global `name`.
   Ref make_global(std::string_view name);
   // The int >= 0 at `ref`; InvalidPickle naming `what` (and "[index]" when one is given)
