@@ -11,7 +11,10 @@ void dequantize_rows(const QuantizedRows& q, int64_t first_row, int64_t n, std::
                      DType out_type) {
   const auto cols = static_cast<size_t>(q.cols);
   const int64_t scale_cols = (q.cols + q.block_cols - 1) / q.block_cols;
-  float table[256];  // every code decoded once
+  // Every code decoded once, looked up in the same loop as the scale multiply: decoding a row
+  // with convert_elements first and scaling it after took 1.0-1.6 s of user time against
+  // 0.75-1.07 s for this on a 0.6 GB dequantizing convert.
+  float table[256];
   for (int code = 0; code < 256; ++code) {
     const auto byte = static_cast<uint8_t>(code);
     convert_elements(&byte, q.code_type, &table[code], DType::F32, 1);

@@ -197,6 +197,18 @@ const std::vector<std::vector<int64_t>>& fp8_scale_blocks() {
   return blocks;
 }
 
+Shape block_scale_shape(int64_t rows, int64_t cols, const std::vector<int64_t>& block) {
+  if (block.empty()) return {1};
+  return {(rows + block[0] - 1) / block[0], (cols + block[1] - 1) / block[1]};
+}
+
+std::string expected_scales(const Shape& shape, const std::vector<int64_t>& block,
+                            std::string_view whole) {
+  if (block.empty()) return shape_to_string(shape) + " (one per " + std::string(whole) + ")";
+  return shape_to_string(shape) + " ([" + std::to_string(block[0]) + ", " +
+         std::to_string(block[1]) + "] blocks)";
+}
+
 }  // namespace layout
 
 std::vector<std::string> builtin_rule_names() {

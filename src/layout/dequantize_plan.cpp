@@ -33,26 +33,16 @@ Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scale
   std::string expected;
   for (const std::vector<int64_t>& b : fp8_scale_blocks()) {
     Shape want = lead;
-    if (b.empty()) {
-      want.push_back(1);
-      if (shape_numel(scales.shape) == matrices) {
-        d.block_rows = d.rows;
-        d.block_cols = d.cols;
-        return d;
-      }
-    } else {
-      want.push_back((d.rows + b[0] - 1) / b[0]);
-      want.push_back((d.cols + b[1] - 1) / b[1]);
-      if (scales.shape == want) {
-        d.block_rows = b[0];
-        d.block_cols = b[1];
-        return d;
-      }
+    const Shape per_matrix = block_scale_shape(d.rows, d.cols, b);
+    want.insert(want.end(), per_matrix.begin(), per_matrix.end());
+    // One per matrix fits any shape of that many values ([N], [N, 1], [N, 1, 1]).
+    const bool fits = b.empty() ? shape_numel(scales.shape) == matrices : scales.shape == want;
+    if (fits) {
+      d.block_rows = b.empty() ? d.rows : b[0];
+      d.block_cols = b.empty() ? d.cols : b[1];
+      return d;
     }
-    expected +=
-        (expected.empty() ? "" : " or ") + shape_to_string(want) +
-        (b.empty() ? std::string(" (one per matrix)")
-                   : " ([" + std::to_string(b[0]) + ", " + std::to_string(b[1]) + "] blocks)");
+    expected += (expected.empty() ? "" : " or ") + expected_scales(want, b, "matrix");
   }
   throw Error(ErrorCode::ScaleShapeMismatch,
               "dequantizing " + quote(codes.name) + " " + shape_to_string(codes.shape) + ": " +

@@ -317,12 +317,6 @@ std::optional<Error> Checker::check_scale(size_t t, FoundModule& m) const {
   const int64_t cols = weight.part_shape[1];
   int64_t rows = 0;
   for (int64_t r : weight.part_rows) rows += r;
-  auto blocks_of = [](int64_t n, int64_t b) { return (n + b - 1) / b; };
-  auto numel = [](const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-  };
   // The scale shapes of one expert as stored: the stacked whole, or one per part.
   std::vector<Shape> stored;
   if (ct.stacked != nullptr) {
@@ -333,24 +327,18 @@ std::optional<Error> Checker::check_scale(size_t t, FoundModule& m) const {
   }
   std::string expected;
   for (const std::vector<int64_t>& b : rule.blocks) {
-    bool fits = true;
     std::vector<Shape> want;
-    if (b.empty()) {
-      fits = nparts == 1 && numel(stored[0]) == 1;
-      want.push_back({1});
-    } else if (ct.stacked != nullptr) {
-      want.push_back({blocks_of(rows, b[0]), blocks_of(cols, b[1])});
+    if (b.empty() || ct.stacked != nullptr) {  // one shape over the expert's whole rows
+      want.push_back(block_scale_shape(rows, cols, b));
     } else {
       for (size_t p = 0; p < nparts; ++p) {
-        want.push_back({blocks_of(weight.part_rows[p], b[0]), blocks_of(cols, b[1])});
+        want.push_back(block_scale_shape(weight.part_rows[p], cols, b));
       }
     }
-    if (!b.empty()) fits = stored == want;
+    // One per expert fits a scale of one value in any shape ([1], [], [1, 1]).
+    const bool fits = b.empty() ? nparts == 1 && shape_numel(stored[0]) == 1 : stored == want;
     if (!fits) {
-      expected +=
-          (expected.empty() ? "" : " or ") + shape_to_string(want[0]) +
-          (b.empty() ? std::string(" (one per expert)")
-                     : " ([" + std::to_string(b[0]) + ", " + std::to_string(b[1]) + "] blocks)");
+      expected += (expected.empty() ? "" : " or ") + expected_scales(want[0], b, "expert");
       continue;
     }
     scales.block = b;
