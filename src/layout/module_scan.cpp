@@ -43,6 +43,10 @@ class Claims {
     std::string weight_key;
   };
   const std::vector<LoneScale>& lone_scales() const { return lone_scales_; }
+  // Whether set `set` claimed anything under `canonical` (a candidate, checked or not).
+  bool has_candidate(size_t set, const std::string& canonical) const {
+    return by_key_.count({set, canonical}) != 0;
+  }
 
  private:
   std::vector<Claim> claims_of(const Entry& e, size_t pos);
@@ -302,10 +306,7 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
   // A scale without its weight under a module's prefix is that module's problem; elsewhere it
   // is an ordinary entry (TE's names would take "x.gate_proj.weight_scale_inv" for a scale).
   for (const Claims::LoneScale& s : claims.lone_scales()) {
-    const bool module_there = std::any_of(
-        candidates.begin(), candidates.end(),
-        [&](const Candidate& c) { return c.set == s.set && c.canonical == s.canonical; });
-    if (!module_there) continue;
+    if (!claims.has_candidate(s.set, s.canonical)) continue;
     problems.push_back(
         {s.pos, s.set,
          Error(ErrorCode::PartialExpertSet,
