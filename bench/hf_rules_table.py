@@ -62,6 +62,18 @@ def literal(pattern, anchor_ok=False):
     return ("^" if anchored else "") + body
 
 
+def as_join(x, ops, src, tgt):
+    """GroupLin's join ({"whole", "parts"}) for a Concatenate or Split along dim 0 of literal
+    names, else None."""
+    if ops not in (["Concatenate"], ["Split"]) or getattr(x.operations[0], "dim", None) != 0:
+        return None
+    one, many = (tgt, src) if len(tgt) == 1 else (src, tgt)
+    names = [literal(n) for n in list(one) + list(many)]
+    if len(one) != 1 or len(many) < 2 or None in names:
+        return None
+    return {"whole": names[0], "parts": names[1:]}
+
+
 def transformers_table():
     """model_type -> {"structure", "renames", "not_applied"} as the installed transformers says."""
     import transformers.conversion_mapping as cm
@@ -76,7 +88,7 @@ def transformers_table():
         moe = any("expert" in str(x.source_patterns) + str(x.target_patterns) for x in mapping)
         if not moe and t not in BY_HAND:
             continue
-        parts, renames, not_applied = [], [], []
+        parts, renames, not_applied, joins = [], [], [], []
         for x in mapping:
             ops = [type(o).__name__ for o in (getattr(x, "operations", None) or [])]
             src, tgt = x.source_patterns, x.target_patterns
@@ -95,18 +107,22 @@ def transformers_table():
             else:
                 kind = type(x).__name__ if type(x) is not WeightConverter else "+".join(ops)
                 other = "" if "expert" in str(src) + str(tgt) else "; not experts"
+                join = as_join(x, ops, src, tgt)
+                if other and join:
+                    joins.append(join)
                 not_applied.append(f"{', '.join(s.replace(chr(92) + '.', '.') for s in src)} -> "
                                    f"{', '.join(s.replace(chr(92) + '.', '.') for s in tgt)} "
                                    f"({kind}{other})")
         if t in BY_HAND:  # stacked on the Hub: the structure is GroupLin's, the renames theirs
-            table[t] = {"structure": None, "renames": renames, "not_applied": "; ".join(not_applied)}
+            table[t] = {"structure": None, "renames": renames, "not_applied": "; ".join(not_applied),
+                        "joins": joins}
             continue
         structure = STRUCTURES.get(tuple(parts))
         if structure == "hf-w1w3" and (".block_sparse_moe.", ".mlp.") in renames:
             structure = "hf-mixtral"
             renames.remove((".block_sparse_moe.", ".mlp."))
         table[t] = {"structure": structure, "renames": renames if structure else [],
-                    "not_applied": "; ".join(not_applied)}
+                    "not_applied": "; ".join(not_applied), "joins": joins if structure else []}
     return table
 
 
@@ -130,6 +146,9 @@ def compare(grouplin):
         if have is None:
             problems.append(f"{t}: in transformers' mapping, not in GroupLin's table")
             continue
+        if have.get("structure") and have.get("joins", []) != want["joins"]:
+            problems.append(f"{t}: joins {have.get('joins', [])} in GroupLin, {want['joins']} "
+                            "from transformers")
         if t in BY_HAND:
             have_renames = [(r["from"], r["to"]) for r in have["renames"]]
             if have_renames != want["renames"]:

@@ -7,10 +7,11 @@
 // Both files are brought to one form without copying (every grouped module per-expert, under
 // its family's per-expert names, or, for a family stored stacked only, stacked under
 // transformers v5's names); a Hub-form and a v5-form save of one model then read the same. The
-// two must have the same entry names, and each entry the same dtype, the same shape and the same
-// bytes (bit equality: -0.0 differs from 0.0, a NaN equals only the same NaN). Data is read with
-// pread in 256 KiB pieces, so memory stays small whatever the file size. Safetensors metadata is
-// not compared; the CRC-32 of every .pt storage record is checked
+// two must have the same entry names (but for the rules' joins: a tensor that one file stores
+// whole and the other in parts compares with its parts' concatenation), and each entry the same
+// dtype, the same shape and the same bytes (bit equality: -0.0 differs from 0.0, a NaN equals only
+// the same NaN). Data is read with pread in 256 KiB pieces, so memory stays small whatever the file
+// size. Safetensors metadata is not compared; the CRC-32 of every .pt storage record is checked
 // (PtReadOptions::check_storage_crc). compare_checkpoints shares no state: any number of calls may
 // run at once.
 #pragma once
@@ -47,9 +48,10 @@ struct CompareReport {
   uint64_t bytes_compared = 0;
   // Entries that differ: present in one file only, another dtype or shape, or other values.
   size_t differing = 0;
-  // The first max_listed of them, one line each, in A's order then B's extra entries:
+  // The first max_listed of them, one line each, in A's order, the joins, then B's extra entries:
   //   "model.experts.weight3": 12 of 4096 elements differ, first at [0, 5]: 0.25 vs 0.5
   //   "model.experts.bias1": only in A
+  //   "m.conv1d.weight" (A; joined from "m.q_conv1d.weight", ... of B): 1 of 96 elements ...
   std::vector<std::string> differences;
   // What A, then B, get wrong without stopping the comparison, as Checkpoint::warnings (a
   // directory index's total_size that is not its tensors' bytes).

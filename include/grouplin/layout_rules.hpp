@@ -85,6 +85,15 @@ struct StackedTensorRule {
   std::vector<std::vector<int64_t>> blocks = {};
 };
 
+// Tensors that are not experts which a family's two forms store differently (transformers'
+// Concatenate(dim=0) and Split(dim=0) of attention and convolution weights): `parts`, each a piece
+// of a key, in one form are `whole` in the other, concatenated along their first dim in this
+// order. convert leaves both as they are; verify compares the whole with its parts' concatenation.
+struct JoinedTensors {
+  std::string whole;               // "conv1d.weight"
+  std::vector<std::string> parts;  // {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"}
+};
+
 // What the per-expert names of a rule set are.
 enum class PerExpertForm {
   // The names checkpoints of the family use (module lists, TE's weight{i}): per-expert output is
@@ -110,6 +119,8 @@ struct LayoutRules {
   // ones that look for this text) apply after it only, as transformers matches them below the
   // base model ("model.norm.weight" holds no ".norm.").
   std::string renames_after;
+  // Tensors that are not experts joined in one form and split in the other (verify only).
+  std::vector<JoinedTensors> joins;
   std::vector<StackedTensorRule> tensors;
   // Per-expert entries ordered expert by expert (0.gate, 0.up, 0.down, 1.gate, ...), as module
   // lists save them; otherwise tensor by tensor (weight0..weight{N-1}, bias0..), as TE does.
@@ -139,6 +150,13 @@ struct ModelFamily {
   // What of transformers' mapping for the type GroupLin does not apply ("" when nothing): renames
   // that are regular expressions, conversions of tensors that are not experts.
   std::string not_applied;
+  // The conversions of `not_applied` that verify still follows (LayoutRules::joins).
+  std::vector<JoinedTensors> joins = {};
+  // LayoutRules::renames_after for the family. Renames scoped below "model." leave a base
+  // model's own entries alone (DeepSeek-V4's ".norm." -> ".kv_norm." must not touch
+  // model.norm.weight); a family whose renames aim at those entries (hy_v4's model.hc_pre.*) has
+  // "" here, and its renames see whole keys.
+  std::string renames_after = "model.";
 };
 
 // The families GroupLin knows, by model type (docs/rules.md has the table and the transformers
@@ -161,7 +179,8 @@ std::optional<std::string> rules_for_model_type(std::string_view model_type);
 // dims, a transpose without two dims, a transpose, interleave or fold beside several parts, a
 // folded tensor without experts_from (or the reverse), a rename with an empty side, a scale
 // (scale_of) of no other weight tensor of the set, not optional, without blocks, with blocks not
-// [] or two positive sizes, with another number of parts than its weight, or rearranged.
+// [] or two positive sizes, with another number of parts than its weight, or rearranged; a join
+// without a whole or with fewer than two parts, or a part equal to its whole.
 LayoutRules parse_rules(std::string_view json, const std::string& source);
 // The JSON form of `rules` (docs/rules.md), fields at their defaults left out: what
 // parse_rules reads back into an equal set.

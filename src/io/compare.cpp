@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "grouplin/error.hpp"
 #include "io/checkpoint_source.hpp"
@@ -85,6 +87,7 @@ std::string index_text(uint64_t index, const Shape& shape) {
 // The per-expert form of a checkpoint, by name.
 struct Canonical {
   std::unique_ptr<detail::CheckpointSource> src;
+  std::string model_type;  // what picks its rules when none are given
   ConversionPlan plan;
   std::unordered_map<std::string, size_t> index;
 };
@@ -94,11 +97,10 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
   pt.check_storage_crc = true;
   Canonical c;
   c.src = detail::CheckpointSource::open(path, pt);
+  c.model_type = options.model_type.empty() ? c.src->model_type() : options.model_type;
   try {
-    c.plan = layout::plan(
-        c.src->tensors(), layout::Target::Compare,
-        {options.rules, options.model_type.empty() ? c.src->model_type() : options.model_type,
-         std::nullopt});
+    c.plan = layout::plan(c.src->tensors(), layout::Target::Compare,
+                          {options.rules, c.model_type, std::nullopt});
   } catch (const Error& e) {
     throw Error(e.code(), "reading " + quote(path) + ": " + e.message());
   }
@@ -106,14 +108,41 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
   return c;
 }
 
-// Compares the bytes of two tensors of the same dtype and shape; returns "" when equal, else the
-// description of the difference.
-std::string compare_values(const Canonical& a, const PlannedTensor& ta, const Canonical& b,
-                           const PlannedTensor& tb, std::vector<std::byte>& buf_a,
+// Planned tensors of one checkpoint read one after the other: their concatenation along the
+// first dim (one tensor, or the parts of a join).
+class JoinedReader {
+ public:
+  JoinedReader(const detail::CheckpointSource& src, const std::vector<const PlannedTensor*>& parts)
+      : src_(src), parts_(parts) {}
+
+  void read(std::span<std::byte> dst) {
+    while (!dst.empty()) {
+      if (!reader_ || reader_->left() == 0) {
+        reader_ = std::make_unique<detail::PlannedReader>(src_, *parts_.at(next_++));
+        continue;
+      }
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(dst.size(), reader_->left()));
+      reader_->read(dst.first(len));
+      dst = dst.subspan(len);
+    }
+  }
+
+ private:
+  const detail::CheckpointSource& src_;
+  const std::vector<const PlannedTensor*>& parts_;
+  size_t next_ = 0;
+  std::unique_ptr<detail::PlannedReader> reader_;
+};
+
+// Compares the bytes of A's tensors `ta` and B's `tb` (each one tensor or a join's parts), of one
+// dtype and `shape` all told; returns "" when equal, else the description of the difference.
+std::string compare_values(const Canonical& a, const std::vector<const PlannedTensor*>& ta,
+                           const Canonical& b, const std::vector<const PlannedTensor*>& tb,
+                           DType dtype, const Shape& shape, std::vector<std::byte>& buf_a,
                            std::vector<std::byte>& buf_b) {
-  detail::PlannedReader ra(*a.src, ta), rb(*b.src, tb);
-  const uint64_t n = ta.nbytes();
-  const size_t esize = dtype_size(ta.dtype);
+  JoinedReader ra(*a.src, ta), rb(*b.src, tb);
+  const size_t esize = dtype_size(dtype);
+  const uint64_t n = shape_numel(shape) * esize;
   uint64_t differing = 0;
   uint64_t first = 0;
   std::string first_values;
@@ -126,14 +155,101 @@ std::string compare_values(const Canonical& a, const PlannedTensor& ta, const Ca
       if (std::memcmp(buf_a.data() + e, buf_b.data() + e, esize) == 0) continue;
       if (differing++ == 0) {
         first = (at + e) / esize;
-        first_values = element_text(buf_a.data() + e, ta.dtype) + " vs " +
-                       element_text(buf_b.data() + e, tb.dtype);
+        first_values =
+            element_text(buf_a.data() + e, dtype) + " vs " + element_text(buf_b.data() + e, dtype);
       }
     }
   }
   if (differing == 0) return "";
   return std::to_string(differing) + " of " + std::to_string(n / esize) +
-         " elements differ, first at " + index_text(first, ta.shape) + ": " + first_values;
+         " elements differ, first at " + index_text(first, shape) + ": " + first_values;
+}
+
+// A tensor of one checkpoint that the other stores as the parts of a join (or the reverse).
+struct Join {
+  bool whole_in_a = true;
+  const PlannedTensor* whole = nullptr;
+  std::vector<const PlannedTensor*> parts;
+};
+
+// The joins verify follows: those of the given rule sets, else of each file's model family.
+std::vector<JoinedTensors> joins_of(const CompareOptions& options, const Canonical& a,
+                                    const Canonical& b) {
+  std::vector<JoinedTensors> out;
+  auto add = [&](const LayoutRules& r) { out.insert(out.end(), r.joins.begin(), r.joins.end()); };
+  for (const LayoutRules& r : options.rules) add(r);
+  if (!options.rules.empty()) return out;
+  for (const Canonical* c : {&a, &b}) {
+    const std::optional<std::string> family = rules_for_model_type(c->model_type);
+    if (family && (c == &a || c->model_type != a.model_type)) add(builtin_rules(*family));
+  }
+  return out;
+}
+
+// The tensors of `other` that `whole`, a tensor of `own` that `other` lacks, is made of under one
+// of `joins`: each part's name is the whole's with the join's whole text replaced by the part's,
+// present in `other` only and not yet taken. Empty when there are none.
+std::vector<const PlannedTensor*> parts_of(const PlannedTensor& whole,
+                                           const std::vector<JoinedTensors>& joins,
+                                           const Canonical& own, const Canonical& other,
+                                           const std::unordered_set<std::string>& taken) {
+  const std::string& key = whole.name;
+  for (const JoinedTensors& j : joins) {
+    for (size_t at = key.find(j.whole); at != std::string::npos; at = key.find(j.whole, at + 1)) {
+      std::vector<const PlannedTensor*> parts;
+      for (const std::string& p : j.parts) {
+        const std::string name = key.substr(0, at) + p + key.substr(at + j.whole.size());
+        auto it = other.index.find(name);
+        if (it == other.index.end() || own.index.count(name) != 0 || taken.count(name) != 0) break;
+        parts.push_back(&other.plan.tensors[it->second]);
+      }
+      if (parts.size() == j.parts.size()) return parts;
+    }
+  }
+  return {};
+}
+
+// The joins between A and B, A's wholes in A's order then B's; the names they take, per side.
+std::vector<Join> find_joins(const Canonical& a, const Canonical& b,
+                             const std::vector<JoinedTensors>& joins,
+                             std::unordered_set<std::string>& taken_a,
+                             std::unordered_set<std::string>& taken_b) {
+  std::vector<Join> out;
+  if (joins.empty()) return out;
+  for (const bool whole_in_a : {true, false}) {
+    const Canonical& own = whole_in_a ? a : b;
+    const Canonical& other = whole_in_a ? b : a;
+    std::unordered_set<std::string>& taken_own = whole_in_a ? taken_a : taken_b;
+    std::unordered_set<std::string>& taken_other = whole_in_a ? taken_b : taken_a;
+    for (const PlannedTensor& t : own.plan.tensors) {
+      if (other.index.count(t.name) != 0 || taken_own.count(t.name) != 0) continue;
+      std::vector<const PlannedTensor*> parts = parts_of(t, joins, own, other, taken_other);
+      if (parts.empty()) continue;
+      taken_own.insert(t.name);
+      for (const PlannedTensor* p : parts) taken_other.insert(p->name);
+      out.push_back({whole_in_a, &t, std::move(parts)});
+    }
+  }
+  return out;
+}
+
+// "[96, 32]" of a join's parts ("[32, 32] + [32, 32] + [32, 32]"), or "" when they are the
+// whole's along its first dim, in one dtype.
+std::string join_mismatch(const Join& j) {
+  Shape joined = j.whole->shape;
+  int64_t rows = 0;
+  bool fits = !joined.empty();
+  std::string shapes, dtypes;
+  for (const PlannedTensor* p : j.parts) {
+    shapes += (shapes.empty() ? "" : " + ") + shape_to_string(p->shape);
+    dtypes += (dtypes.empty() ? "" : " + ") + std::string(dtype_name(p->dtype));
+    fits = fits && p->dtype == j.whole->dtype && p->shape.size() == joined.size() &&
+           std::equal(p->shape.begin() + 1, p->shape.end(), joined.begin() + 1);
+    if (fits) rows += p->shape[0];
+  }
+  if (fits && rows == joined[0]) return "";
+  return "shape " + shape_to_string(joined) + " " + std::string(dtype_name(j.whole->dtype)) +
+         " vs " + shapes + " " + dtypes;
 }
 
 }  // namespace
@@ -151,35 +267,59 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
   r.shards_b = b.src->directory() ? b.src->files().size() : 0;
   r.warnings = a.src->warnings();
   r.warnings.insert(r.warnings.end(), b.src->warnings().begin(), b.src->warnings().end());
-  auto differ = [&](const std::string& name, const std::string& what) {
+  // `label` names the entry: quoted, as every message quotes names.
+  auto differ = [&](const std::string& label, const std::string& what) {
     r.same = false;
-    if (r.differing++ < options.max_listed) r.differences.push_back(quote(name) + ": " + what);
+    if (r.differing++ < options.max_listed) r.differences.push_back(label + ": " + what);
   };
+
+  std::unordered_set<std::string> joined_a, joined_b;
+  const std::vector<Join> joins = find_joins(a, b, joins_of(options, a, b), joined_a, joined_b);
 
   std::vector<std::byte> buf_a(kChunk), buf_b(kChunk);
   for (const PlannedTensor& ta : a.plan.tensors) {
+    if (joined_a.count(ta.name) != 0) continue;
     auto it = b.index.find(ta.name);
     if (it == b.index.end()) {
-      differ(ta.name, "only in A");
+      differ(quote(ta.name), "only in A");
       continue;
     }
     const PlannedTensor& tb = b.plan.tensors[it->second];
     ++r.tensors_compared;
     if (ta.dtype != tb.dtype) {
-      differ(ta.name, "dtype " + std::string(dtype_name(ta.dtype)) + " vs " +
-                          std::string(dtype_name(tb.dtype)));
+      differ(quote(ta.name), "dtype " + std::string(dtype_name(ta.dtype)) + " vs " +
+                                 std::string(dtype_name(tb.dtype)));
       continue;
     }
     if (ta.shape != tb.shape) {
-      differ(ta.name, "shape " + shape_to_string(ta.shape) + " vs " + shape_to_string(tb.shape));
+      differ(quote(ta.name),
+             "shape " + shape_to_string(ta.shape) + " vs " + shape_to_string(tb.shape));
       continue;
     }
-    std::string what = compare_values(a, ta, b, tb, buf_a, buf_b);
+    std::string what = compare_values(a, {&ta}, b, {&tb}, ta.dtype, ta.shape, buf_a, buf_b);
     r.bytes_compared += ta.nbytes();
-    if (!what.empty()) differ(ta.name, what);
+    if (!what.empty()) differ(quote(ta.name), what);
+  }
+  for (const Join& j : joins) {
+    std::string parts;
+    for (const PlannedTensor* p : j.parts) parts += (parts.empty() ? "" : ", ") + quote(p->name);
+    const std::string label = quote(j.whole->name) + " (" + (j.whole_in_a ? "A" : "B") +
+                              "; joined from " + parts + " of " + (j.whole_in_a ? "B" : "A") + ")";
+    ++r.tensors_compared;
+    std::string what = join_mismatch(j);
+    if (what.empty()) {
+      const std::vector<const PlannedTensor*> whole = {j.whole};
+      what =
+          j.whole_in_a
+              ? compare_values(a, whole, b, j.parts, j.whole->dtype, j.whole->shape, buf_a, buf_b)
+              : compare_values(a, j.parts, b, whole, j.whole->dtype, j.whole->shape, buf_a, buf_b);
+      r.bytes_compared += j.whole->nbytes();
+    }
+    if (!what.empty()) differ(label, what);
   }
   for (const PlannedTensor& tb : b.plan.tensors) {
-    if (a.index.count(tb.name) == 0) differ(tb.name, "only in B");
+    if (a.index.count(tb.name) == 0 && joined_b.count(tb.name) == 0)
+      differ(quote(tb.name), "only in B");
   }
   return r;
 }

@@ -230,7 +230,8 @@ LayoutRules builtin_rules(std::string_view name) {
   if (f != nullptr) {
     r.name = f->model_type;
     r.renames.insert(r.renames.end(), f->renames.begin(), f->renames.end());
-    r.renames_after = "model.";  // transformers' renames match below the base model
+    r.renames_after = f->renames_after;
+    r.joins = f->joins;
   }
   layout::compile_rules(r, "built-in " + r.name);  // every check parse_rules makes
   return r;

@@ -189,6 +189,15 @@ CompiledRules compile_rules(const LayoutRules& r, const std::string& source) {
                           ": only its source may start with '^' (anchored at the key's start)");
     }
   }
+  for (const JoinedTensors& jt : r.joins) {
+    bool ok = !jt.whole.empty() && jt.parts.size() >= 2;
+    for (const std::string& part : jt.parts) ok = ok && !part.empty() && part != jt.whole;
+    if (!ok) {
+      invalid(source, "join " + quote(jt.whole) +
+                          ": a join needs a non-empty whole and at least two non-empty parts, "
+                          "each other than the whole");
+    }
+  }
   bool any_folded = false;
   for (const StackedTensorRule& t : r.tensors) any_folded = any_folded || t.folded;
   if (any_folded != !r.experts_from.empty()) {
@@ -220,7 +229,7 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   }
   if (!j.is_object()) invalid(source, "the document is not an object");
   only_fields(j,
-              {"name", "renames", "renames_after", "tensors", "order", "per_expert",
+              {"name", "renames", "renames_after", "joins", "tensors", "order", "per_expert",
                "stacked_needs", "prefix_ends_with", "experts_from"},
               source, "the document");
   LayoutRules r;
@@ -276,6 +285,17 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
                              string_field(e, "to", source, where));
     }
   }
+  if (j.contains("joins")) {
+    if (!j["joins"].is_array()) invalid(source, "joins is not an array");
+    for (size_t i = 0; i < j["joins"].size(); ++i) {
+      const nlohmann::json& e = j["joins"][i];
+      const std::string where = "joins[" + std::to_string(i) + "]";
+      if (!e.is_object()) invalid(source, where + " is not an object");
+      only_fields(e, {"whole", "parts"}, source, where);
+      r.joins.push_back(
+          {string_field(e, "whole", source, where), string_list(e, "parts", source, where)});
+    }
+  }
   if (!j.contains("tensors") || !j["tensors"].is_array()) {
     invalid(source, "tensors is missing or not an array");
   }
@@ -301,6 +321,12 @@ std::string rules_to_json(const LayoutRules& r) {
     for (const auto& [from, to] : r.renames) j["renames"].push_back({{"from", from}, {"to", to}});
   }
   if (!r.renames_after.empty()) j["renames_after"] = r.renames_after;
+  if (!r.joins.empty()) {
+    j["joins"] = nlohmann::ordered_json::array();
+    for (const JoinedTensors& jt : r.joins) {
+      j["joins"].push_back({{"whole", jt.whole}, {"parts", jt.parts}});
+    }
+  }
   j["tensors"] = nlohmann::ordered_json::array();
   for (const StackedTensorRule& t : r.tensors) {
     nlohmann::ordered_json e = {{"stacked", t.stacked}, {"parts", t.parts}, {"dims", t.dims}};

@@ -30,6 +30,10 @@ const std::vector<ModelFamily>& model_families() {
       {"block_sparse_moe.input_linear.weight", "block_sparse_moe.experts.gate_up_proj"},
       {"block_sparse_moe.output_linear.weight", "block_sparse_moe.experts.down_proj"},
       {"block_sparse_moe.router.layer.weight", "block_sparse_moe.router.weight"}};
+  // transformers' Concatenate(dim=0) of the linear attention's three convolutions.
+  static const std::vector<JoinedTensors> kSelfAttnConv1dJoins = {
+      {"self_attn.conv1d.weight",
+       {"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight", "self_attn.v_conv1d.weight"}}};
   static const std::vector<ModelFamily> families = {
       {"afmoe", "hf", {}, ""},
       {"aria_text",
@@ -54,7 +58,8 @@ const std::vector<ModelFamily>& model_families() {
         {".self_attn.dense.", ".self_attn.o_proj."},
         {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}},
        "q_conv1d.weight, k_conv1d.weight, v_conv1d.weight -> conv1d.weight (Concatenate; not "
-       "experts)"},
+       "experts)",
+       {{"conv1d.weight", {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"}}}},
       {"beam", "hf", {}, ""},
       {"cohere2_moe", "hf", {}, ""},
       {"dbrx", "folded", {}, ""},
@@ -155,10 +160,12 @@ const std::vector<ModelFamily>& model_families() {
       {"glm4v_moe", "hf", {}, ""},
       {"glm5_next", "hf", kGlm5NextRenames,
        "self_attn.q_conv1d.weight, self_attn.k_conv1d.weight, self_attn.v_conv1d.weight -> "
-       "self_attn.conv1d.weight (Concatenate; not experts)"},
+       "self_attn.conv1d.weight (Concatenate; not experts)",
+       kSelfAttnConv1dJoins},
       {"glm5_next_text", "hf", kGlm5NextRenames,
        "self_attn.q_conv1d.weight, self_attn.k_conv1d.weight, self_attn.v_conv1d.weight -> "
-       "self_attn.conv1d.weight (Concatenate; not experts)"},
+       "self_attn.conv1d.weight (Concatenate; not experts)",
+       kSelfAttnConv1dJoins},
       {"glm_moe_dsa", "hf", {}, ""},
       {"gpt_oss", "gpt-oss", {}, ""},
       {"granitemoe", "stacked", kGraniteMoeRenames, ""},
@@ -186,15 +193,20 @@ const std::vector<ModelFamily>& model_families() {
         {".hc_head_fn", ".hc_fn"},
         {".hc_head_base", ".hc_base"},
         {".hc_head_scale", ".hc_scale"}},
-       ""},
+       "",
+       {},
+       ""},  // model.hc_pre.hc_head.* -> model.hc_head.*: renames see whole keys
       {"inkling2_loop_text",
        "",
        {},
-       "w13 experts interleaved with their quantization scales (Interleave)"},
+       "its experts are NVFP4 and MXFP8 codes that transformers dequantizes on load "
+       "(Inkling2LoopDequantizeExperts): its two forms hold other values; and as inkling2_text"},
       {"inkling2_text",
        "",
        {},
-       "w13 experts interleaved with their quantization scales (Interleave)"},
+       "its unembedding is cut to unpadded_vocab_size on load (Inkling2UnpadVocab: its two forms "
+       "hold tensors of other shapes); renames with captures and an index offset (regular "
+       "expressions); w13 experts interleaved with their quantization scales (Interleave)"},
       {"inkling_mm_model", "", {}, "w13 experts interleaved (Interleave), shared experts chunked"},
       {"inkling_text", "stacked", {}, ""},
       {"jamba", "hf", {}, ""},
@@ -224,7 +236,8 @@ const std::vector<ModelFamily>& model_families() {
         {"self_attn.dt_bias", "self_attn.forget_gate.dt_bias"},
         {"self_attn.A_log", "self_attn.forget_gate.A_log"}},
        "self_attn.q_conv1d.weight, self_attn.k_conv1d.weight, self_attn.v_conv1d.weight -> "
-       "self_attn.conv1d.weight (Concatenate; not experts)"},
+       "self_attn.conv1d.weight (Concatenate; not experts)",
+       kSelfAttnConv1dJoins},
       {"kolibri1",
        "hf",
        {{"moe.router.expert_bias", "mlp.gate.e_score_correction_bias"},
@@ -236,7 +249,14 @@ const std::vector<ModelFamily>& model_families() {
        {{"mlp.experts.e_score_correction_bias", "mlp.gate.e_score_correction_bias"},
         {"mlp.shared_expert.", "mlp.shared_experts."}},
        ""},
-      {"lara_mini", "stacked", {{"linear_attn.out_norm.", "linear_attn.norm."}}, ""},
+      {"lara_mini",
+       "stacked",
+       {{"linear_attn.out_norm.", "linear_attn.norm."}},
+       "linear_attn.in_proj -> linear_attn.in_proj_qkv, linear_attn.in_proj_z, "
+       "linear_attn.in_proj_b, linear_attn.in_proj_a (Split; not experts)",
+       {{"linear_attn.in_proj",
+         {"linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b",
+          "linear_attn.in_proj_a"}}}},
       {"lfm2_moe", "hf-w1w3", {}, ""},
       {"llama4", "stacked-transposed", {}, ""},
       {"llama4_text", "stacked-transposed", {}, ""},
@@ -267,7 +287,8 @@ const std::vector<ModelFamily>& model_families() {
         {".self_attn.index_k_norm.", ".self_attn.indexer.k_norm."}},
        "rename \\.block_sparse_moe\\.(experts|gate|shared_experts)\\. -> .mlp.\\1. (a regular "
        "expression); .gate_proj.weight, .up_proj.weight -> .gate_up_proj.weight (Concatenate; not "
-       "experts)"},
+       "experts)",
+       {{".gate_up_proj.weight", {".gate_proj.weight", ".up_proj.weight"}}}},
       {"minimax_m3_vl_text", "stacked", {}, ""},
       {"mistral4", "stacked", {}, ""},
       {"mistral_large4",
@@ -328,7 +349,8 @@ const std::vector<ModelFamily>& model_families() {
         {".self_attn.query_layernorm.", ".self_attn.q_norm."},
         {".self_attn.key_layernorm.", ".self_attn.k_norm."},
         {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}},
-       "query_key_value -> q_proj, k_proj, v_proj (Split; not experts)"},
+       "query_key_value -> q_proj, k_proj, v_proj (Split; not experts)",
+       {{"query_key_value", {"q_proj", "k_proj", "v_proj"}}}},
       {"solar_open", "hf", {}, ""},
       {"step3p7", "", {}, "its renames are regular expressions"},
       {"zaya", "stacked", {}, ""},

@@ -296,6 +296,15 @@ TEST(LayoutRules, BadRuleFilesNameWhatIsWrong) {
       {R"({"name": "x", "tensors": [{"stacked": "{prefix}w", "parts": ["{prefix}w{expert}"]}]})",
        "has no \"dims\""},
       {R"({"name": "x", "order": "random", "tensors": []})", "order \"random\""},
+      {R"({"name": "x", "joins": [{"whole": "qkv", "parts": ["q"]}], "tensors": [{"stacked":
+          "{prefix}w", "parts": ["{prefix}w{expert}"], "dims": ["a"]}]})",
+       "at least two non-empty parts"},
+      {R"({"name": "x", "joins": [{"whole": "qkv", "parts": ["qkv", "q"]}], "tensors": [
+          {"stacked": "{prefix}w", "parts": ["{prefix}w{expert}"], "dims": ["a"]}]})",
+       "each other than the whole"},
+      {R"({"name": "x", "joins": [{"whole": "qkv", "parts": ["q", "k"], "dim": 1}],
+          "tensors": []})",
+       "joins[0] has unknown field \"dim\""},
   };
   for (const auto& [text, part] : bad) {
     SCOPED_TRACE(text);

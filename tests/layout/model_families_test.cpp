@@ -396,6 +396,32 @@ TEST(ModelFamilies, DbrxFoldedExpertsCountedByTheirRouter) {
   EXPECT_EQ(layout::scan(uneven, o).problems.at(0).code(), ErrorCode::ShapeMismatch);
 }
 
+// Regression: verify of hy_v4's two forms differed in model.hc_pre.hc_head.*, because renames
+// were scoped below "model." for every family; hy_v4's renames see whole keys, DeepSeek-V4's
+// ".norm." -> ".kv_norm." still leaves the base model's own norm alone.
+TEST(ModelFamilies, RenameScopeIsTheFamilys) {
+  const LayoutRules hy = builtin_rules("hy_v4");
+  EXPECT_EQ(hy.renames_after, "");
+  EXPECT_EQ(layout::renamed("model.hc_pre.hc_head.hc_head_base", hy, true),
+            "model.hc_head.hc_base");
+  const LayoutRules ds = builtin_rules("deepseek_v4");
+  EXPECT_EQ(ds.renames_after, "model.");
+  EXPECT_EQ(layout::renamed("model.norm.weight", ds, true), "model.norm.weight");
+  EXPECT_EQ(layout::renamed("model.layers.0.self_attn.norm.weight", ds, true),
+            "model.layers.0.self_attn.kv_norm.weight");
+}
+
+// The families whose two forms join tensors that are not experts say so as joins verify follows.
+TEST(ModelFamilies, NonExpertConcatenationsAreJoins) {
+  for (const char* type : {"bailing_hybrid", "kimi_linear", "sarvam_moe", "lara_mini"}) {
+    SCOPED_TRACE(type);
+    const LayoutRules r = builtin_rules(type);
+    ASSERT_EQ(r.joins.size(), 1u);
+    EXPECT_GE(r.joins[0].parts.size(), 3u);
+  }
+  EXPECT_TRUE(builtin_rules("qwen3_moe").joins.empty());
+}
+
 // Every model type of the table with a structure builds a valid rule set named after it, whose
 // JSON form reads back equal; the families without one say why.
 TEST(ModelFamilies, TableIsWellFormed) {

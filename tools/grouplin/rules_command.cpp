@@ -29,6 +29,12 @@ nlohmann::ordered_json renames_json(const std::vector<std::pair<std::string, std
   return out;
 }
 
+nlohmann::ordered_json joins_json(const std::vector<JoinedTensors>& joins) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const JoinedTensors& j : joins) out.push_back({{"whole", j.whole}, {"parts", j.parts}});
+  return out;
+}
+
 void print_all_json() {
   nlohmann::ordered_json doc;
   doc["transformers_checked"] = kTransformersChecked;
@@ -44,6 +50,8 @@ void print_all_json() {
          {"structure", f.structure.empty() ? nlohmann::ordered_json(nullptr)
                                            : nlohmann::ordered_json(f.structure)},
          {"renames", renames_json(f.renames)},
+         {"renames_after", f.renames_after},
+         {"joins", joins_json(f.joins)},
          {"not_applied", f.not_applied}});
   }
   std::cout << doc.dump(2) << "\n";
@@ -66,6 +74,7 @@ void print_all_text() {
       std::printf("  %s %s",
                   f.structure.empty() ? "unsupported:" : "not applied:", f.not_applied.c_str());
     }
+    if (!f.joins.empty()) std::printf(" (verify joins them)");
     std::printf("\n");
   }
 }

@@ -69,7 +69,9 @@ void add_verify_command(CLI::App& app) {
   cmd->add_option("--rules", c->rules, kRulesHelp);
   cmd->footer(
       "Grouped modules are compared expert by expert, so a per-expert file and its single-layout\n"
-      "conversion are the same. Values must be bit-identical (-0.0 differs from 0.0). Reads both\n"
+      "conversion are the same; so are a family's Hub and v5 forms where transformers splits or\n"
+      "concatenates tensors that are not experts (the rules' joins: grouplin rules lists them).\n"
+      "Values must be bit-identical (-0.0 differs from 0.0). Reads both\n"
       "files once, in 256 KiB pieces; .pt storage CRCs are checked too.\n"
       "Exit: 0 same; 1 different (first differences listed: entry, element index, values);\n"
       "2 unreadable or invalid input.\n\n"
