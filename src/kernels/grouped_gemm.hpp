@@ -15,11 +15,12 @@
 // than a few tens of microseconds run on the calling thread alone. The calling thread keeps its
 // scratch (about 1 MiB per worker) from call to call.
 //
-// Data tensors (x, y, dy, dx) are [T, features] in the params dtype (F32 or BF16); expert
-// tensors are per-expert views in any storage. All accumulation is F32, and F32 operands are never
-// narrowed; BF16 operands are widened exactly (or, for BF16 x BF16 forward and dgrad products on
-// the AVX512-BF16 and AMX sets, multiplied as BF16 pairs into F32 sums: tile_compute.hpp,
-// forward_pairs) and results rounded to nearest even once at the end.
+// Data tensors (x, y, dy, dx) are [T, features] in the params dtype (F32 or BF16; beside FP8
+// weights, F32 or BF16 activations); expert tensors are per-expert views in any storage. FP8
+// weights are decoded where the kernels read them (packing.hpp), a tile at a time. All accumulation
+// is F32, and F32 operands are never narrowed; BF16 operands are widened exactly (or, for BF16 x
+// BF16 forward and dgrad products on the AVX512-BF16 and AMX sets, multiplied as BF16 pairs into
+// F32 sums: tile_compute.hpp, forward_pairs) and results rounded to nearest even once at the end.
 //
 // Determinism guarantee. On one machine (one set of micro-kernels), the bits of every result
 // depend only on the input values, the shapes and m_splits: never on the thread count, the
@@ -43,13 +44,17 @@ namespace grouplin::kernels {
 
 // y_i = x_i · W_iᵀ (+ b_i when biases is not empty). Writes every row of y.
 // Requires: x [T, in], y [T, out], weights[i] [out, in], biases empty or biases[i] [out],
-// sum(m_splits) == T.
+// sum(m_splits) == T. FP8 weights: weights[i] F8_E4M3 and weight_scales[i] F32
+// [ceil(out / 128), ceil(in / 128)] (empty for F32 and BF16 weights); they compute as the
+// weights dequantized (code x scale, one F32 multiply) to x's dtype would, bit for bit.
 void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
-                     std::span<const Tensor> weights, std::span<const Tensor> biases, Tensor& y);
+                     std::span<const Tensor> weights, std::span<const Tensor> weight_scales,
+                     std::span<const Tensor> biases, Tensor& y);
 
-// dx_i = dy_i · W_i. Writes every row of dx.
+// dx_i = dy_i · W_i. Writes every row of dx. FP8 weights as grouped_forward's (dy's dtype).
 void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
-                   std::span<const Tensor> weights, Tensor& dx);
+                   std::span<const Tensor> weights, std::span<const Tensor> weight_scales,
+                   Tensor& dx);
 
 // dW_i = dy_iᵀ · x_i, written into wgrads[i] (or added, when accumulate, to the F32 wgrads[i]).
 // Experts with no rows get zeros (or are left unchanged when accumulating).

@@ -126,6 +126,12 @@ struct MicroKernels {
   // the ragged ends): for outputs written once and not read back soon. The caller fences.
   void (*stream_bf16)(const float* src, uint16_t* dst, int64_t n);
 
+  // dst[i] = the F32 value of the F8_E4M3 code src[i] times `scale`, one F32 multiply (the
+  // dequantizing rule), i < n; with `bf16`, that product rounded to BF16 (nearest even, NaN as
+  // f32_to_bf16) and widened back: the value a BF16 dequantized weight holds. How FP8 weights
+  // reach every kernel (packing.hpp decodes them a tile at a time).
+  void (*decode_e4m3)(const uint8_t* src, float scale, bool bf16, float* dst, int64_t n);
+
   const char* name;  // "portable", "avx2+fma", "avx512f", "avx512bf16" or "amx-bf16"
 };
 

@@ -3,6 +3,7 @@
 // eight partial sums and their tree, one chain per element in outer_tile and fma_rows) with a
 // separate multiply and add where those fuse, so their last bits differ from the x86 sets'.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 
 #include "grouplin/dtype.hpp"
@@ -138,6 +139,19 @@ void stream_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
   narrow_bf16_portable(src, dst, n);
 }
 
+void decode_e4m3_portable(const uint8_t* src, float scale, bool bf16, float* dst, int64_t n) {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c)
+      t[static_cast<size_t>(c)] = f8e4m3_to_f32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = table[src[i]] * scale;
+    dst[i] = bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+  }
+}
+
 }  // namespace
 
 constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
@@ -158,6 +172,7 @@ constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
                                     .widen_bf16 = widen_bf16_portable,
                                     .narrow_bf16 = narrow_bf16_portable,
                                     .stream_bf16 = stream_bf16_portable,
+                                    .decode_e4m3 = decode_e4m3_portable,
                                     .name = "portable"};
 
 const MicroKernels& portable_kernels() { return kPortable; }

@@ -15,6 +15,21 @@ namespace {
 // Rows of W or x are often a page apart, where hardware prefetchers stop: pack_b_rows fetches
 // this many rows ahead.
 constexpr int64_t kPrefetchRows = 16;
+// FP8 rows are decoded in pieces of at most this many values (on the stack) where a pack
+// transposes them.
+constexpr int64_t kDecodeChunk = 256;
+
+// Row r, columns [c, c + n) of an FP8 matrix decoded, one scale block at a time.
+void decode_fp8(const MatrixRef& m, int64_t r, int64_t c, int64_t n, float* dst) {
+  const MicroKernels& mk = micro_kernels();
+  const float* scale_row = m.scales + (r / kFp8Block) * m.scale_ld;
+  const auto* codes = reinterpret_cast<const uint8_t*>(element(m, r, 0));
+  for (int64_t at = c; at < c + n;) {
+    const int64_t end = std::min(c + n, (at / kFp8Block + 1) * kFp8Block);
+    mk.decode_e4m3(codes + at, scale_row[at / kFp8Block], m.bf16_values, dst + (at - c), end - at);
+    at = end;
+  }
+}
 
 }  // namespace
 
@@ -22,6 +37,8 @@ void load_f32(const MatrixRef& m, int64_t r, int64_t c, int64_t n, float* dst) {
   const std::byte* src = element(m, r, c);
   if (m.dtype == DType::F32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if (m.dtype == DType::F8_E4M3) {
+    decode_fp8(m, r, c, n, dst);
   } else {
     micro_kernels().widen_bf16(reinterpret_cast<const uint16_t*>(src), dst, n);
   }
@@ -120,6 +137,8 @@ void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
         std::fill(dst + width, dst + kOuterCols, 0.0f);
       } else if (m.dtype == DType::F32) {
         std::memcpy(dst, src, kOuterCols * sizeof(float));
+      } else if (m.dtype == DType::F8_E4M3) {
+        load_f32(m, r0 + p, c0 + q * kOuterCols, kOuterCols, dst);
       } else {
         mk.widen_bf16(reinterpret_cast<const uint16_t*>(src), dst, kOuterCols);
       }
@@ -130,6 +149,21 @@ void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
 void pack_b_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
                        float* bp) {
   const MicroKernels& mk = micro_kernels();
+  if (m.dtype == DType::F8_E4M3) {  // each row decoded in pieces, then spread over its panel
+    float row[kDecodeChunk];
+    for (int64_t q = 0; q * kOuterCols < cols; ++q) {
+      float* panel = bp + q * kc * kOuterCols;
+      const int64_t width = std::min<int64_t>(kOuterCols, cols - q * kOuterCols);
+      for (int64_t j = 0; j < kOuterCols; ++j) {
+        for (int64_t p0 = 0; p0 < kc; p0 += kDecodeChunk) {
+          const int64_t n = std::min(kDecodeChunk, kc - p0);
+          if (j < width) load_f32(m, c0 + q * kOuterCols + j, k0 + p0, n, row);
+          for (int64_t p = 0; p < n; ++p) panel[(p0 + p) * kOuterCols + j] = j < width ? row[p] : 0;
+        }
+      }
+    }
+    return;
+  }
   for (int64_t q = 0; q * kOuterCols < cols; ++q) {
     const int width = static_cast<int>(std::min<int64_t>(kOuterCols, cols - q * kOuterCols));
     mk.pack_transposed(element(m, c0 + q * kOuterCols, k0), m.dtype == DType::BF16, m.ld, width, kc,
@@ -197,6 +231,21 @@ void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c
   const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
   const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
   std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
+  if (m.dtype == DType::F8_E4M3) {  // decoded to BF16 values, which narrow exactly
+    float row[kDecodeChunk];
+    for (int64_t j = 0; j < cols; ++j) {
+      uint32_t* dst = bp + j / kOuterCols * dwords + j % kOuterCols;
+      for (int64_t p0 = 0; p0 < kc; p0 += kDecodeChunk) {
+        const int64_t n = std::min(kDecodeChunk, kc - p0);
+        load_f32(m, c0 + j, k0 + p0, n, row);
+        for (int64_t p = 0; p < n; ++p) {
+          const uint32_t half = f32_to_bf16(row[p]);
+          dst[(p0 + p) / 2 * kOuterCols] |= (p0 + p) % 2 == 0 ? half : half << 16;
+        }
+      }
+    }
+    return;
+  }
   for (int64_t j = 0; j < cols; ++j) {
     const auto* row = reinterpret_cast<const uint16_t*>(element(m, c0 + j, k0));
     uint32_t* dst = bp + j / kOuterCols * dwords + j % kOuterCols;
@@ -214,6 +263,21 @@ void pack_pairs_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int
   const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
   const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
   std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
+  if (m.dtype == DType::F8_E4M3) {  // decoded to BF16 values, which narrow exactly
+    float row[kDecodeChunk];
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int64_t j0 = 0; j0 < cols; j0 += kDecodeChunk) {
+        const int64_t n = std::min(kDecodeChunk, cols - j0);
+        load_f32(m, r0 + p, c0 + j0, n, row);
+        for (int64_t j = j0; j < j0 + n; ++j) {
+          const uint32_t half = f32_to_bf16(row[j - j0]);
+          bp[j / kOuterCols * dwords + p / 2 * kOuterCols + j % kOuterCols] |=
+              p % 2 == 0 ? half : half << 16;
+        }
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < pairs; ++r) {
     const auto* even = reinterpret_cast<const uint16_t*>(element(m, r0 + 2 * r, c0));
     const uint16_t* odd = 2 * r + 1 < kc ? even + m.ld : nullptr;

@@ -18,12 +18,27 @@
 
 namespace grouplin::kernels {
 
-// A row-major F32 or BF16 matrix: element (r, c) at data + (r * ld + c) * dtype_size(dtype).
+// FP8 weights carry one F32 scale per block of kFp8Block x kFp8Block codes.
+inline constexpr int64_t kFp8Block = 128;
+
+// A row-major F32, BF16 or F8_E4M3 matrix: element (r, c) at data + (r * ld + c) *
+// dtype_size(dtype). An F8_E4M3 matrix (FP8 weights) stands for its dequantized values: code
+// times scales[(r / kFp8Block) * scale_ld + c / kFp8Block], rounded to BF16 when `bf16_values`
+// (beside BF16 activations); every function here that reads it decodes it so.
 struct MatrixRef {
   const std::byte* data = nullptr;
   DType dtype = DType::F32;
   int64_t ld = 0;
+  const float* scales = nullptr;
+  int64_t scale_ld = 0;
+  bool bf16_values = false;
 };
+
+// Whether the kernels treat m's values as BF16 ones (BF16, or FP8 decoded to BF16): which chain
+// of operations they take (tile_compute.hpp) depends on it.
+inline bool bf16_values(const MatrixRef& m) {
+  return m.dtype == DType::BF16 || (m.dtype == DType::F8_E4M3 && m.bf16_values);
+}
 
 struct MutableMatrixRef {
   std::byte* data = nullptr;
@@ -31,9 +46,9 @@ struct MutableMatrixRef {
   int64_t ld = 0;
 };
 
-// Bytes per element of a kernel operand (F32 or BF16 only): computed in line, because element()
-// runs in packing loops where the general dtype_size call showed in profiles.
-inline int64_t operand_size(DType t) { return t == DType::BF16 ? 2 : 4; }
+// Bytes per element of a kernel operand (F32, BF16 or F8_E4M3): computed in line, because
+// element() runs in packing loops where the general dtype_size call showed in profiles.
+inline int64_t operand_size(DType t) { return t == DType::BF16 ? 2 : t == DType::F8_E4M3 ? 1 : 4; }
 
 inline const std::byte* element(const MatrixRef& m, int64_t r, int64_t c) {
   return m.data + (r * m.ld + c) * operand_size(m.dtype);
@@ -42,7 +57,7 @@ inline std::byte* element(const MutableMatrixRef& m, int64_t r, int64_t c) {
   return m.data + (r * m.ld + c) * operand_size(m.dtype);
 }
 
-// dst[0, n) = row r, columns [c, c + n) of m, as F32 (exact).
+// dst[0, n) = row r, columns [c, c + n) of m, as F32 (exact; FP8: decoded, see MatrixRef).
 void load_f32(const MatrixRef& m, int64_t r, int64_t c, int64_t n, float* dst);
 // Row r, columns [c, c + n) of m = src (BF16: rounded to nearest even).
 void store_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c);
@@ -76,7 +91,7 @@ void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
 // 16q..16q+15 as pair_panel_dwords(kc) dwords, pair row r (depths 2r, 2r + 1) at dword r * 16 +
 // column, the lower depth in the low half. Columns past `cols`, the high half of a last odd
 // depth, and the pair rows that round the count up to a multiple of kPairGroup are zero.
-// Requires: m BF16.
+// Requires: m BF16, or FP8 decoded to BF16 values (bf16_values).
 int64_t pair_panel_dwords(int64_t kc);
 // B(p, j) = m(c0 + j, k0 + p): rows of m transposed (forward's W).
 void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,

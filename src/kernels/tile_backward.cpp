@@ -74,7 +74,7 @@ void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const 
 void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
   const MatrixRef& w = args.weights[static_cast<size_t>(t.expert)];
   const Scratch s = split_scratch(t, scratch);
-  const bool bf16_operands = w.dtype == DType::BF16 && args.dy.dtype == DType::BF16;
+  const bool bf16_operands = bf16_values(w) && args.dy.dtype == DType::BF16;
   if (dgrad_pairs(args.expert_rows[static_cast<size_t>(t.expert)], bf16_operands,
                   micro_kernels().pair_tile != nullptr)) {
     const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
@@ -106,7 +106,10 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
         }
         const int64_t n = std::min(kDirectChunk, kc - p);
         const std::byte* b = element(w, p0 + p, t.col0);
-        if (w.dtype == DType::F32) {
+        if (w.dtype == DType::F8_E4M3) {  // decoded n rows at a time
+          const F32Rows wd = f32_rows(w, p0 + p, n, t.col0, t.cols, s.b);
+          mk.fma_rows(t.rows, n, a + p, lda, wd.data, wd.ld, t.cols, acc.c, acc.ldc);
+        } else if (w.dtype == DType::F32) {
           mk.fma_rows(t.rows, n, a + p, lda, reinterpret_cast<const float*>(b), w.ld, t.cols, acc.c,
                       acc.ldc);
         } else {
@@ -119,6 +122,7 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
     // Few rows share each weight: read W in place rather than pack it (BF16 widened in registers;
     // same bits). Full 16-column micro-tiles only, so that nothing past the tile's columns is read.
     const bool in_place =
+        w.dtype != DType::F8_E4M3 &&  // FP8 is decoded as it is packed
         t.rows <= (w.dtype == DType::F32 ? kInPlaceMaxRows : kInPlaceMaxRowsBf16) &&
         t.cols % kOuterCols == 0;
     outer_product(

@@ -41,9 +41,14 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
       prefetch_group(group + kDotAhead);
       const int nr = static_cast<int>(std::min<int64_t>(kDotCols, t.cols - j));
       const std::byte* wp = element(w, t.col0 + j, k0);
+      // FP8 rows are decoded here, nr x kc at a time (in L1), and read as F32 rows.
+      const F32Rows wd = w.dtype == DType::F8_E4M3 ? f32_rows(w, t.col0 + j, nr, k0, kc, s.b)
+                                                   : F32Rows{nullptr, 0};
       for (int64_t i = 0; i < t.rows; i += kDotRows) {
         const int mr = static_cast<int>(std::min<int64_t>(kDotRows, t.rows - i));
-        if (w.dtype == DType::F32) {
+        if (wd.data != nullptr) {
+          mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, wd.data, wd.ld, c + i * ldc + j, ldc);
+        } else if (w.dtype == DType::F32) {
           mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, reinterpret_cast<const float*>(wp), w.ld,
                       c + i * ldc + j, ldc);
         } else {
@@ -166,9 +171,8 @@ Region forward_first(const ForwardArgs& args, const Tile* t) {
   if (t == nullptr) return {};
   const MatrixRef& w = args.weights[static_cast<size_t>(t->expert)];
   const int64_t depth =
-      forward_dots(args.expert_rows[static_cast<size_t>(t->expert)], w.dtype == DType::BF16)
-          ? kDotDepth
-          : kOuterDepth;
+      forward_dots(args.expert_rows[static_cast<size_t>(t->expert)], bf16_values(w)) ? kDotDepth
+                                                                                     : kOuterDepth;
   return region_of(w, t->col0, t->cols, 0, std::min(depth, args.in_features));
 }
 
@@ -179,7 +183,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const MatrixRef& w = args.weights[e];
   const Scratch s = split_scratch(t, scratch);
   const int64_t m = args.expert_rows[e];
-  const bool bf16_operands = w.dtype == DType::BF16 && args.x.dtype == DType::BF16;
+  const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
   if (forward_pairs(m, bf16_operands, micro_kernels().pair_tile != nullptr)) {
     const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
     pair_product(t.rows, t.cols, args.in_features, args.x, t.row0, acc.c, acc.ldc, s,
@@ -189,7 +193,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
     add_bias_and_store(args, t, acc, s);
     return;
   }
-  if (forward_broadcasts(m, w.dtype == DType::BF16)) {
+  if (forward_broadcasts(m, bf16_values(w))) {
     // The tile's rows before the expert's dot rows go through 16-lane panels into
     // ct[col][row] (scratch), the rest through dot tiles.
     const int64_t first_dot = args.first_row[e] + forward_dot_tail_start(m);
@@ -199,7 +203,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
     store_broadcast_result(args, t, panel_rows, s.c, ldct, s);
     return;
   }
-  const bool dot = forward_dots(m, w.dtype == DType::BF16);
+  const bool dot = forward_dots(m, bf16_values(w));
   const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, true, dot, t, s);
   if (dot) {
     forward_dot(args, w, t, acc.c, acc.ldc, s);

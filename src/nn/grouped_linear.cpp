@@ -226,7 +226,7 @@ void GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits, 
     weights.push_back(expert_weight(i));
     if (options_.bias) biases.push_back(expert_bias(i));
   }
-  kernels::grouped_forward(x, m_splits, weights, biases, y);
+  kernels::grouped_forward(x, m_splits, weights, {}, biases, y);
   saved_x_ = x;
   saved_splits_.assign(m_splits.begin(), m_splits.end());
   has_saved_ = true;
@@ -308,7 +308,7 @@ void GroupedLinear::backward(const Tensor& dy, Tensor& dx) {
                                                       : expert_weight_grad(i));
     if (options_.bias) bgrads.push_back(expert_bias_grad(i));
   }
-  kernels::grouped_dgrad(dy, saved_splits_, weights, dx);
+  kernels::grouped_dgrad(dy, saved_splits_, weights, {}, dx);
   kernels::grouped_wgrad(saved_x_, dy, saved_splits_, wgrads, options_.fuse_wgrad_accumulation);
   if (options_.bias) kernels::grouped_bgrad(dy, saved_splits_, bgrads);
 }

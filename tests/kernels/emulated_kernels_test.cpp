@@ -23,6 +23,7 @@
 
 #include "amx_emulator.hpp"
 #include "bf16_dot_semantics.hpp"
+#include "fp8_problem.hpp"
 #include "gemm_problem.hpp"
 #include "grouplin/dtype.hpp"
 #include "kernel_reference.hpp"
@@ -449,6 +450,27 @@ TEST_P(KernelSetTest, SameBitsForThreadsLayoutsAndTilings) {
         EXPECT_TRUE(dx.bit_equal(one.dx)) << "dgrad, tiles " << shape.rows << "x" << shape.cols;
       }
     }
+  }
+}
+
+// FP8 weights, decoded where the set's kernels read them (packing.hpp): forward and dgrad give
+// the bits of the weights dequantized to the activations' dtype, on the set's own paths (BF16
+// pairs included), and its decoding micro-kernel gives code x scale.
+TEST_P(KernelSetTest, Fp8WeightsGiveTheDequantizedWeightsBits) {
+  kernels::force_kernels(&*set_);
+  for (const Case& c : fp8_cases()) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      Fp8Problem p(c, dt);
+      p.expect_dequantized_bits(c, c.name + " " + std::string(dtype_name(dt)));
+    }
+  }
+  std::vector<uint8_t> codes(256);
+  std::vector<float> got(256);
+  for (size_t i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(i);
+  set_->decode_e4m3(codes.data(), 0.375f, true, got.data(), 256);
+  for (size_t i = 0; i < 256; ++i) {
+    const float want = bf16_to_f32(f32_to_bf16(f8e4m3_to_f32(codes[i]) * 0.375f));
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want)) << "code " << i;
   }
 }
 

@@ -54,8 +54,8 @@ struct Problem {
   }
 
   void run(const Case& c) {
-    kernels::grouped_forward(x, c.splits, weights, biases, y);
-    kernels::grouped_dgrad(dy, c.splits, weights, dx);
+    kernels::grouped_forward(x, c.splits, weights, {}, biases, y);
+    kernels::grouped_dgrad(dy, c.splits, weights, {}, dx);
     kernels::grouped_wgrad(x, dy, c.splits, wgrads, false);
     kernels::grouped_bgrad(dy, c.splits, bgrads);
   }

@@ -287,9 +287,9 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
     variants.push_back({&r.grouplin_s[dt],
                         [&, dt, biases] {
                           if (op == "forward")
-                            kernels::grouped_forward(x[dt], splits, d.we[dt], biases, y[dt]);
+                            kernels::grouped_forward(x[dt], splits, d.we[dt], {}, biases, y[dt]);
                           if (op == "dgrad")
-                            kernels::grouped_dgrad(dy[dt], splits, d.we[dt], dx[dt]);
+                            kernels::grouped_dgrad(dy[dt], splits, d.we[dt], {}, dx[dt]);
                           if (op == "wgrad")
                             kernels::grouped_wgrad(x[dt], dy[dt], splits, d.dwe[dt], false);
                           if (op == "bgrad") kernels::grouped_bgrad(dy[dt], splits, d.dbe[dt]);

@@ -1,0 +1,98 @@
+// Grouped GEMMs on FP8 weights (F8_E4M3 codes with one F32 scale per 128 x 128 block) against the
+// same GEMMs on the weights dequantized to the activations' dtype: forward and dgrad must give the
+// same bits on whichever kernel set runs both, since the kernels decode FP8 as they read it.
+//
+//   Fp8Problem p(case, DType::BF16);
+//   p.expect_dequantized_bits("amx");
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gemm_problem.hpp"
+#include "grouplin/dtype.hpp"
+#include "grouplin/tensor.hpp"
+#include "kernel_reference.hpp"
+#include "kernels/grouped_gemm.hpp"
+
+namespace grouplin::kernel_test {
+
+// Cases that reach every forward and dgrad path: dot tiles (1-3 rows; up to 8 for F32), packed and
+// pair tiles, the broadcast path with dot tails, dgrad's unpacked and packed paths; features off
+// the 128 grid, so that blocks and tiles end mid-block.
+inline std::vector<Case> fp8_cases() {
+  return {
+      {"few_rows", 300, 200, {1, 2, 3, 4, 0, 5}, true},
+      {"many_rows", 260, 140, {9, 17, 40, 100}, false},
+  };
+}
+
+struct Fp8Problem {
+  Tensor x, dy;
+  std::vector<Tensor> codes, scales, dequantized, biases;
+  Tensor y, dx, y_want, dx_want;
+
+  Fp8Problem(const Case& c, DType dt) {
+    const auto n = static_cast<int64_t>(c.splits.size());
+    const int64_t t = std::accumulate(c.splits.begin(), c.splits.end(), int64_t{0});
+    const int64_t bo = (c.out + 127) / 128, bi = (c.in + 127) / 128;
+    x = random_tensor({t, c.in}, dt, 1);
+    dy = random_tensor({t, c.out}, dt, 2);
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    auto next = [&] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<uint32_t>(state >> 33);
+    };
+    for (int64_t e = 0; e < n; ++e) {
+      Tensor w = Tensor::zeros({c.out, c.in}, DType::F8_E4M3);
+      auto* q = reinterpret_cast<uint8_t*>(w.mutable_data());
+      for (int64_t k = 0; k < w.numel(); ++k) {
+        uint8_t code = static_cast<uint8_t>(next());
+        if ((code & 0x7f) == 0x7f) code ^= 1;  // no NaN codes: NaN sums tell no chains apart
+        q[k] = code;
+      }
+      Tensor s = Tensor::zeros({bo, bi}, DType::F32);
+      auto* sf = s.mutable_data_as<float>();
+      for (int64_t k = 0; k < s.numel(); ++k) {
+        sf[k] = std::ldexp(1.0f + static_cast<float>(next() % 97) / 97.0f,
+                           static_cast<int>(next() % 9) - 10);
+      }
+      Tensor d = Tensor::zeros({c.out, c.in}, dt);
+      for (int64_t r = 0; r < c.out; ++r) {
+        for (int64_t k = 0; k < c.in; ++k) {
+          const float v = f8e4m3_to_f32(q[r * c.in + k]) * sf[(r / 128) * bi + k / 128];
+          if (dt == DType::BF16) {
+            reinterpret_cast<uint16_t*>(d.mutable_data())[r * c.in + k] = f32_to_bf16(v);
+          } else {
+            d.mutable_data_as<float>()[r * c.in + k] = v;
+          }
+        }
+      }
+      codes.push_back(w);
+      scales.push_back(s);
+      dequantized.push_back(d);
+      if (c.bias) biases.push_back(random_tensor({c.out}, dt, 40 + static_cast<uint64_t>(e)));
+    }
+    y = random_tensor({t, c.out}, dt, 5);
+    y_want = random_tensor({t, c.out}, dt, 6);
+    dx = random_tensor({t, c.in}, dt, 7);
+    dx_want = random_tensor({t, c.in}, dt, 8);
+  }
+
+  // Runs both on the current kernel set and expects the same bits.
+  void expect_dequantized_bits(const Case& c, const std::string& what) {
+    kernels::grouped_forward(x, c.splits, codes, scales, biases, y);
+    kernels::grouped_forward(x, c.splits, dequantized, {}, biases, y_want);
+    kernels::grouped_dgrad(dy, c.splits, codes, scales, dx);
+    kernels::grouped_dgrad(dy, c.splits, dequantized, {}, dx_want);
+    EXPECT_TRUE(y.bit_equal(y_want)) << what << ": forward";
+    EXPECT_TRUE(dx.bit_equal(dx_want)) << what << ": dgrad";
+  }
+};
+
+}  // namespace grouplin::kernel_test
