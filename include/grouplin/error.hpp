@@ -53,6 +53,7 @@ namespace grouplin {
   X(ExpertCountMismatch)        \
   X(UnsupportedConversion)      \
   X(Fp8ScalesNotApplied)        \
+  X(Fp8WeightsNotTrainable)     \
   X(DuplicateName)              \
   X(LoadFailed)                 \
   /* Layout rules. */           \

@@ -42,7 +42,15 @@ struct GroupedLinearOptions {
   int64_t in_features = 1;
   int64_t out_features = 1;
   bool bias = true;
-  DType params_dtype = DType::F32;  // F32 or BF16; inputs and outputs use the same dtype
+  // F32 or BF16 (inputs, outputs and biases use the same dtype), or F8_E4M3: FP8 weights for
+  // inference, codes with one F32 scale per 128 x 128 block (DeepSeek-V3's form: buffers
+  // weight{i}_scale_inv, or weight_scale_inv [N, ...] in the Single layout), computed as the
+  // weights dequantized to the activations' dtype; they have no gradient
+  // (Fp8WeightsNotTrainable).
+  DType params_dtype = DType::F32;
+  // The dtype of x, y, dy, dx and the biases beside FP8 weights: F32 or BF16 (unset: BF16).
+  // For F32 and BF16 weights it must be unset or params_dtype.
+  std::optional<DType> activation_dtype{};
   std::optional<WeightLayout> weight_layout{};  // unset: see resolve_weight_layout
   // The biases' own layout (TransformerEngine chooses single_grouped_weight and
   // single_grouped_bias separately); unset: the weights' layout.
@@ -56,8 +64,12 @@ class GroupedLinear : public Module {
  public:
   // Builds and initialises the layer: W_i ~ U(-1/sqrt(in), 1/sqrt(in)), same for b_i, drawn
   // from `seed` in expert order, identical in every layout.
+  // FP8 weights are those values quantized per 128 x 128 block (scale = the block's largest
+  // magnitude / 448, codes rounded to nearest even).
   // Throws Error(InvalidArgument) for N < 1 or features < 1, Error(UnsupportedDType) for
-  // params_dtype other than F32/BF16, Error(InvalidEnvironment) (see resolve_weight_layout).
+  // params_dtype other than F32/BF16/F8_E4M3 (or an activation_dtype other than those allowed),
+  // Error(Fp8WeightsNotTrainable) for FP8 weights with fuse_wgrad_accumulation,
+  // Error(InvalidEnvironment) (see resolve_weight_layout).
   explicit GroupedLinear(const GroupedLinearOptions& options);
 
   // y [T, out] for x [T, in] whose first m_splits[0] rows go to expert 0, the next m_splits[1]
@@ -75,6 +87,7 @@ class GroupedLinear : public Module {
   // dx [T, in] for dy [T, out]. Writes each parameter's grad (or adds the weight gradient to
   // main_grad with fuse_wgrad_accumulation). Experts with no rows get zero gradients (their
   // main_grad is left unchanged). Bias gradients are summed in row order: same inputs, same bits.
+  // FP8 weights: dx and the bias gradients only (their weights have no gradient).
   // Throws Error(BackwardBeforeForward | ShapeMismatch | DTypeMismatch); a failed call changes
   // nothing.
   Tensor backward(const Tensor& dy);
@@ -87,10 +100,16 @@ class GroupedLinear : public Module {
   WeightLayout layout() const { return layout_; }  // of the weights
   WeightLayout bias_layout() const { return bias_layout_; }
   int64_t num_gemms() const { return options_.num_gemms; }
+  // The dtype of x, y, dy, dx and the biases.
+  DType activation_dtype() const { return activations_; }
 
   // Views of expert i's weight [out, in] and bias [out] (undefined without bias) and of their
-  // grads (undefined before the first backward). Throws Error(OutOfBounds).
+  // grads (undefined before the first backward). Throws Error(OutOfBounds); the weight grads of
+  // FP8 weights Error(Fp8WeightsNotTrainable).
   Tensor expert_weight(int64_t i) const;
+  // Expert i's FP8 block scales [ceil(out / 128), ceil(in / 128)] F32 (undefined for F32 and BF16
+  // weights). Throws Error(OutOfBounds).
+  Tensor expert_weight_scale(int64_t i) const;
   Tensor expert_bias(int64_t i) const;
   Tensor expert_weight_grad(int64_t i) const;
   Tensor expert_bias_grad(int64_t i) const;
@@ -116,7 +135,8 @@ class GroupedLinear : public Module {
   WeightLayout layout_;
   WeightLayout bias_layout_;
   // Contiguous layout: the one allocation that the per-expert weights and biases view.
-  GroupedTensor weight_group_, bias_group_;
+  GroupedTensor weight_group_, bias_group_, scale_group_;
+  DType activations_;
   GroupedTensor weight_grad_group_, bias_grad_group_, main_grad_group_;
   // Saved by forward for backward.
   Tensor saved_x_;

@@ -62,7 +62,7 @@ class LoadPlan {
                  size_t param_index, int64_t expert = -1);
   // Same for a buffer.
   bool plan_buffer_copy(const std::string& key, const PlannedTensor& src, Module& module,
-                        size_t buffer_index);
+                        size_t buffer_index, int64_t expert = -1);
   // Plans making parameter `param_index` of `module` borrow `src` (read-only until the module
   // writes) when `src` is one whole tensor of the same dtype, else plans a copy. Records a problem
   // and returns false when the shapes differ or the dtypes do not convert.

@@ -37,10 +37,65 @@ void check_options(const GroupedLinearOptions& o) {
   require_positive("num_gemms", o.num_gemms);
   require_positive("in_features", o.in_features);
   require_positive("out_features", o.out_features);
-  if (o.params_dtype != DType::F32 && o.params_dtype != DType::BF16) {
+  const DType p = o.params_dtype;
+  if (p != DType::F32 && p != DType::BF16 && p != DType::F8_E4M3) {
     throw Error(ErrorCode::UnsupportedDType, "GroupedLinear: params_dtype is " +
-                                                 std::string(dtype_name(o.params_dtype)) +
-                                                 ", expected F32 or BF16");
+                                                 std::string(dtype_name(p)) +
+                                                 ", expected F32, BF16 or F8_E4M3");
+  }
+  if (const std::optional<DType> a = o.activation_dtype) {
+    const bool ok = p == DType::F8_E4M3 ? (*a == DType::F32 || *a == DType::BF16) : *a == p;
+    if (!ok) {
+      throw Error(ErrorCode::UnsupportedDType,
+                  "GroupedLinear: activation_dtype is " + std::string(dtype_name(*a)) +
+                      ", expected " +
+                      (p == DType::F8_E4M3 ? std::string("F32 or BF16 beside F8_E4M3 weights")
+                                           : std::string(dtype_name(p)) + " (params_dtype)"));
+    }
+  }
+  if (p == DType::F8_E4M3 && o.fuse_wgrad_accumulation) {
+    throw Error(ErrorCode::Fp8WeightsNotTrainable,
+                "GroupedLinear: fuse_wgrad_accumulation with F8_E4M3 weights: FP8 weights are "
+                "for inference and have no gradient");
+  }
+}
+
+DType activations_of(const GroupedLinearOptions& o) {
+  if (o.activation_dtype) return *o.activation_dtype;
+  return o.params_dtype == DType::F8_E4M3 ? DType::BF16 : o.params_dtype;
+}
+
+// FP8 block size of the weights' scales (DeepSeek-V3's 128 x 128).
+constexpr int64_t kFp8Block = 128;
+constexpr float kE4M3Max = 448.0f;
+
+Shape fp8_scale_shape(int64_t out, int64_t in) {
+  return {(out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block};
+}
+
+// codes and scales = `values` [out, in] quantized per block: scale = the block's largest magnitude
+// / 448 (1 for a block of zeros), code = value / scale rounded to nearest even.
+void quantize_blocks(const Tensor& values, Tensor codes, Tensor scales) {
+  const int64_t out = values.dim(0), in = values.dim(1), bi = scales.dim(1);
+  const auto* v = values.data_as<float>();
+  auto* q = reinterpret_cast<uint8_t*>(codes.mutable_data());
+  auto* sc = scales.mutable_data_as<float>();
+  for (int64_t br = 0; br < scales.dim(0); ++br) {
+    for (int64_t bc = 0; bc < bi; ++bc) {
+      const int64_t r1 = std::min(out, (br + 1) * kFp8Block),
+                    c1 = std::min(in, (bc + 1) * kFp8Block);
+      float amax = 0;
+      for (int64_t r = br * kFp8Block; r < r1; ++r) {
+        for (int64_t c = bc * kFp8Block; c < c1; ++c)
+          amax = std::max(amax, std::fabs(v[r * in + c]));
+      }
+      const float scale = amax > 0 ? amax / kE4M3Max : 1.0f;
+      sc[br * bi + bc] = scale;
+      for (int64_t r = br * kFp8Block; r < r1; ++r) {
+        for (int64_t c = bc * kFp8Block; c < c1; ++c)
+          q[r * in + c] = f32_to_f8e4m3(v[r * in + c] / scale);
+      }
+    }
   }
 }
 
@@ -49,23 +104,46 @@ void check_options(const GroupedLinearOptions& o) {
 GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
     : options_(options),
       layout_(resolve_weight_layout(options.weight_layout)),
-      bias_layout_(options.bias_layout.value_or(layout_)) {
+      bias_layout_(options.bias_layout.value_or(layout_)),
+      activations_(activations_of(options)) {
   check_options(options_);
   const int64_t n = options_.num_gemms, in = options_.in_features, out = options_.out_features;
-  const DType dt = options_.params_dtype;
-  const Shape w_shape = {out, in}, b_shape = {out};
+  const bool fp8 = options_.params_dtype == DType::F8_E4M3;
+  const Shape w_shape = {out, in}, b_shape = {out}, s_shape = fp8_scale_shape(out, in);
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+
+  // FP8 scales, in the weights' layout: views into which the weights' initialisation writes.
+  std::vector<Tensor> scales;
+  Tensor stacked_scales;
+  if (fp8 && layout_ == WeightLayout::Single) {
+    stacked_scales = Tensor::zeros({n, s_shape[0], s_shape[1]}, DType::F32);
+    for (int64_t i = 0; i < n; ++i) scales.push_back(stacked_scales.select(i));
+  } else if (fp8) {
+    if (layout_ == WeightLayout::Contiguous) {
+      scale_group_ = GroupedTensor::make_uniform(n, s_shape, DType::F32);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      scales.push_back(layout_ == WeightLayout::Contiguous ? scale_group_.member(i)
+                                                           : Tensor::zeros(s_shape, DType::F32));
+    }
+  }
+  // Expert i's values: the F32 or BF16 draws, or for FP8 the F32 draws quantized.
+  auto init_expert = [&](Tensor t, int64_t i, int64_t stream) {
+    if (t.dtype() != DType::F8_E4M3) return init_uniform(t, options_.seed, 2 * i + stream, bound);
+    Tensor values = Tensor::zeros(t.shape(), DType::F32);
+    init_uniform(values, options_.seed, 2 * i + stream, bound);
+    quantize_blocks(values, t, scales[static_cast<size_t>(i)]);
+  };
 
   // The weights, then the biases, each family in its own layout. Expert i draws stream 2i for its
   // weight and 2i + 1 for its bias, so every layout holds the same bits.
-  auto add_family = [&](const char* base, const Shape& shape, WeightLayout layout,
+  auto add_family = [&](const char* base, const Shape& shape, DType dt, WeightLayout layout,
                         GroupedTensor& group, int64_t stream) {
     if (layout == WeightLayout::Single) {
       Shape stacked = shape;
       stacked.insert(stacked.begin(), n);
       Tensor t = Tensor::zeros(stacked, dt);
-      for (int64_t i = 0; i < n; ++i)
-        init_uniform(t.select(i), options_.seed, 2 * i + stream, bound);
+      for (int64_t i = 0; i < n; ++i) init_expert(t.select(i), i, stream);
       register_parameter(base, t);
       return;
     }
@@ -73,15 +151,21 @@ GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
     if (grouped) group = GroupedTensor::make_uniform(n, shape, dt);
     for (int64_t i = 0; i < n; ++i) {
       Tensor t = grouped ? group.member(i) : Tensor::zeros(shape, dt);
-      init_uniform(t, options_.seed, 2 * i + stream, bound);
+      init_expert(t, i, stream);
       register_parameter(base + std::to_string(i), t);
     }
   };
-  add_family("weight", w_shape, layout_, weight_group_, 0);
-  if (options_.bias) add_family("bias", b_shape, bias_layout_, bias_group_, 1);
-  // Quantisation state would live here; GroupLin has none yet, so it is always empty.
-  // Optional: Hugging Face, vLLM and most non-TE checkpoints have no _extra_state.
+  add_family("weight", w_shape, options_.params_dtype, layout_, weight_group_, 0);
+  if (options_.bias) add_family("bias", b_shape, activations_, bias_layout_, bias_group_, 1);
+  // Quantisation state of TransformerEngine's own recipes would live here; GroupLin has none, so
+  // it is always empty. Optional: Hugging Face, vLLM and most non-TE checkpoints have none.
   register_buffer("_extra_state", Tensor::zeros({0}, DType::U8), /*optional=*/true);
+  // FP8 scales are buffers 1.. (1 in the Single layout), named as TransformerEngine's FP8
+  // checkpoints and the te rules name them.
+  if (fp8 && layout_ == WeightLayout::Single) register_buffer("weight_scale_inv", stacked_scales);
+  for (int64_t i = 0; fp8 && layout_ != WeightLayout::Single && i < n; ++i) {
+    register_buffer("weight" + std::to_string(i) + "_scale_inv", scales[static_cast<size_t>(i)]);
+  }
 }
 
 const Parameter& GroupedLinear::weight_param(int64_t i) const {
@@ -121,8 +205,27 @@ Tensor GroupedLinear::expert_bias(int64_t i) const {
   const Parameter* p = bias_param(i);
   return p ? expert_view(p->value, i, bias_layout_) : Tensor();
 }
+Tensor GroupedLinear::expert_weight_scale(int64_t i) const {
+  check_expert_index(i, num_gemms());
+  if (options_.params_dtype != DType::F8_E4M3) return Tensor();
+  const size_t b = layout_ == WeightLayout::Single ? 1 : 1 + static_cast<size_t>(i);
+  return expert_view(buffers()[b].second, i, layout_);
+}
+
+namespace {
+void refuse_fp8_grad(const GroupedLinearOptions& o, const char* what) {
+  if (o.params_dtype == DType::F8_E4M3) {
+    throw Error(ErrorCode::Fp8WeightsNotTrainable,
+                std::string("GroupedLinear.") + what +
+                    ": the weights are F8_E4M3 codes (inference): they have no gradient; "
+                    "backward gives dx and the bias gradients");
+  }
+}
+}  // namespace
+
 Tensor GroupedLinear::expert_weight_grad(int64_t i) const {
   check_expert_index(i, num_gemms());
+  refuse_fp8_grad(options_, "expert_weight_grad");
   return expert_view(weight_param(i).grad, i, layout_);
 }
 Tensor GroupedLinear::expert_bias_grad(int64_t i) const {
@@ -132,6 +235,7 @@ Tensor GroupedLinear::expert_bias_grad(int64_t i) const {
 }
 Tensor GroupedLinear::expert_main_grad(int64_t i) const {
   check_expert_index(i, num_gemms());
+  refuse_fp8_grad(options_, "expert_main_grad");
   return expert_view(weight_param(i).main_grad, i, layout_);
 }
 
@@ -149,10 +253,10 @@ void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t>
                                               shape_to_string(x.shape()) + ", expected [T, " +
                                               std::to_string(options_.in_features) + "]");
   }
-  if (x.dtype() != options_.params_dtype) {
+  if (x.dtype() != activations_) {
     throw Error(ErrorCode::DTypeMismatch, "GroupedLinear.forward: x is " +
                                               std::string(dtype_name(x.dtype())) + ", expected " +
-                                              std::string(dtype_name(options_.params_dtype)));
+                                              std::string(dtype_name(activations_)));
   }
   // Every entry is checked for sign before any is summed, so a negative entry is reported as
   // such even after one that already overshoots T.
@@ -212,21 +316,22 @@ void check_output(const Tensor& out, const Shape& shape, DType dtype, const std:
 
 Tensor GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits) {
   check_forward_args(x, m_splits);
-  Tensor y = Tensor::zeros({x.dim(0), options_.out_features}, options_.params_dtype);
+  Tensor y = Tensor::zeros({x.dim(0), options_.out_features}, activations_);
   forward(x, m_splits, y);
   return y;
 }
 
 void GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits, Tensor& y) {
   check_forward_args(x, m_splits);
-  check_output(y, {x.dim(0), options_.out_features}, options_.params_dtype, "forward: y", {&x});
+  check_output(y, {x.dim(0), options_.out_features}, activations_, "forward: y", {&x});
   const int64_t n = num_gemms();
-  std::vector<Tensor> weights, biases;
+  std::vector<Tensor> weights, scales, biases;
   for (int64_t i = 0; i < n; ++i) {
     weights.push_back(expert_weight(i));
+    if (options_.params_dtype == DType::F8_E4M3) scales.push_back(expert_weight_scale(i));
     if (options_.bias) biases.push_back(expert_bias(i));
   }
-  kernels::grouped_forward(x, m_splits, weights, {}, biases, y);
+  kernels::grouped_forward(x, m_splits, weights, scales, biases, y);
   saved_x_ = x;
   saved_splits_.assign(m_splits.begin(), m_splits.end());
   has_saved_ = true;
@@ -236,8 +341,9 @@ void GroupedLinear::allocate_grads() {
   // Gradients mirror the layout of the parameters: one [N, ...] tensor for Single, one group
   // for Contiguous, separate tensors for PerExpert; weights and biases each in their own.
   const int64_t n = num_gemms(), in = options_.in_features, out = options_.out_features;
-  const DType dt = options_.params_dtype;
-  if (layout_ == WeightLayout::Contiguous) {
+  const DType dt = activations_;
+  const bool fp8 = options_.params_dtype == DType::F8_E4M3;  // weights without gradients
+  if (layout_ == WeightLayout::Contiguous && !fp8) {
     if (options_.fuse_wgrad_accumulation) {
       main_grad_group_ = GroupedTensor::make_uniform(n, {out, in}, DType::F32);
     } else {
@@ -250,6 +356,7 @@ void GroupedLinear::allocate_grads() {
   for (size_t k = 0; k < parameters().size(); ++k) {
     Parameter& p = parameter_at(k);
     const bool is_weight = k < first_bias_param();
+    if (is_weight && fp8) continue;
     const bool fused = is_weight && options_.fuse_wgrad_accumulation;
     // Expert index of a per-expert parameter (unused for Single).
     const auto i = static_cast<int64_t>(is_weight ? k : k - first_bias_param());
@@ -270,7 +377,7 @@ void GroupedLinear::allocate_grads() {
 Tensor GroupedLinear::backward(const Tensor& dy) {
   // An undefined or wrongly shaped dy is reported by the overload before dx is used.
   const int64_t t = has_saved_ ? saved_x_.dim(0) : 0;
-  Tensor dx = Tensor::zeros({t, options_.in_features}, options_.params_dtype);
+  Tensor dx = Tensor::zeros({t, options_.in_features}, activations_);
   backward(dy, dx);
   return dx;
 }
@@ -288,28 +395,34 @@ void GroupedLinear::backward(const Tensor& dy, Tensor& dx) {
                     ", expected [" + std::to_string(t) + ", " +
                     std::to_string(options_.out_features) + "]");
   }
-  if (dy.dtype() != options_.params_dtype) {
+  if (dy.dtype() != activations_) {
     throw Error(ErrorCode::DTypeMismatch, "GroupedLinear.backward: dy is " +
                                               std::string(dtype_name(dy.dtype())) + ", expected " +
-                                              std::string(dtype_name(options_.params_dtype)));
+                                              std::string(dtype_name(activations_)));
   }
-  check_output(dx, {t, options_.in_features}, options_.params_dtype, "backward: dx",
-               {&dy, &saved_x_});
+  check_output(dx, {t, options_.in_features}, activations_, "backward: dx", {&dy, &saved_x_});
   if (!grads_allocated_) {
     allocate_grads();
     grads_allocated_ = true;
   }
 
   const int64_t n = num_gemms();
-  std::vector<Tensor> weights, wgrads, bgrads;
+  const bool fp8 = options_.params_dtype == DType::F8_E4M3;
+  std::vector<Tensor> weights, scales, wgrads, bgrads;
   for (int64_t i = 0; i < n; ++i) {
     weights.push_back(expert_weight(i));
-    wgrads.push_back(options_.fuse_wgrad_accumulation ? expert_main_grad(i)
-                                                      : expert_weight_grad(i));
+    if (fp8) {
+      scales.push_back(expert_weight_scale(i));
+    } else {
+      wgrads.push_back(options_.fuse_wgrad_accumulation ? expert_main_grad(i)
+                                                        : expert_weight_grad(i));
+    }
     if (options_.bias) bgrads.push_back(expert_bias_grad(i));
   }
-  kernels::grouped_dgrad(dy, saved_splits_, weights, {}, dx);
-  kernels::grouped_wgrad(saved_x_, dy, saved_splits_, wgrads, options_.fuse_wgrad_accumulation);
+  kernels::grouped_dgrad(dy, saved_splits_, weights, scales, dx);
+  if (!fp8) {
+    kernels::grouped_wgrad(saved_x_, dy, saved_splits_, wgrads, options_.fuse_wgrad_accumulation);
+  }
   if (options_.bias) kernels::grouped_bgrad(dy, saved_splits_, bgrads);
 }
 

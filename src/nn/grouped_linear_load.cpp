@@ -41,12 +41,66 @@ struct Family {
   WeightLayout layout() const { return base == "bias" ? module.bias_layout() : module.layout(); }
   std::string stacked_key() const { return prefix + base; }
   std::string expert_key(int64_t i) const { return layout::expert_key(prefix, base, i); }
+  // FP8 weights load as codes with their scales, never as values.
+  bool fp8() const { return base == "weight" && module.options().params_dtype == DType::F8_E4M3; }
   // assign adopts a source tensor only where the module holds that tensor whole, as is.
   bool adopts(const PlannedTensor& src, WeightLayout holder) const {
     return plan.options().assign && layout() == holder &&
            src.dtype == module.options().params_dtype;
   }
 };
+
+// An FP8 weight entry parted into its codes and its scales.
+struct Fp8Parts {
+  PlannedTensor codes, scales;
+  Fp8Parts select(int64_t i) const { return {codes.select(i), scales.select(i)}; }
+};
+
+// The loader hands an FP8 entry over with its scales attached, planned as values
+// (Module::load_state_dict); an FP8 module takes it apart again, keeping every byte. Records a
+// problem and returns nullopt for anything but E4M3 codes with 128 x 128 block scales.
+std::optional<Fp8Parts> fp8_parts(Family& f, const std::string& key, const PlannedTensor& src) {
+  const std::string what =
+      "module " + quote(f.module_name) + " holds F8_E4M3 weights: " + quote(key) + " ";
+  if (!src.dequantize) {
+    const bool codes = src.dtype == DType::F8_E4M3 || src.dtype == DType::F8_E5M2;
+    f.plan.add_problem(
+        codes ? ErrorCode::Fp8ScalesNotApplied : ErrorCode::UnsupportedConversion, key,
+        what + (codes ? "is " + std::string(dtype_name(src.dtype)) + " codes without " +
+                            quote(key + "_scale_inv") + " beside it"
+                      : "holds " + std::string(dtype_name(src.dtype)) +
+                            " values, which GroupLin does not quantize (load them into an F32 "
+                            "or BF16 module)"));
+    return std::nullopt;
+  }
+  const Dequantization& d = *src.dequantize;
+  if (d.codes != DType::F8_E4M3 || d.block_rows != 128 || d.block_cols != 128) {
+    f.plan.add_problem(ErrorCode::UnsupportedConversion, key,
+                       what + "is " + std::string(dtype_name(d.codes)) + " with scales " +
+                           quote(d.scales_name) + " per " + std::to_string(d.block_rows) + " x " +
+                           std::to_string(d.block_cols) +
+                           " block; expected F8_E4M3 with one scale per 128 x 128 block");
+    return std::nullopt;
+  }
+  Fp8Parts parts{src, {}};
+  parts.codes.dequantize.reset();
+  parts.codes.dtype = d.codes;
+  Shape scale_shape(src.shape.begin(), src.shape.end() - 2);
+  scale_shape.push_back(d.scale_rows());
+  scale_shape.push_back(d.scale_cols());
+  parts.scales = PlannedTensor{d.scales_name, d.scale_dtype, scale_shape, d.scales};
+  return parts;
+}
+
+// Codes into weight parameter `param` (its slice `expert`, when >= 0) and scales into its scale
+// buffer (buffer 1 for the Single layout's stacked scales, 1 + i for expert i's).
+bool plan_fp8(Family& f, const std::string& key, const Fp8Parts& parts, size_t param,
+              int64_t expert) {
+  const bool single = f.layout() == WeightLayout::Single;
+  const size_t buffer = single ? 1 : 1 + (param - f.first_index);
+  return f.plan.plan_copy(key, parts.codes, f.module, param, expert) &&
+         f.plan.plan_buffer_copy(parts.scales.name, parts.scales, f.module, buffer, expert);
+}
 
 // Both layouts at once: nothing is planned, every entry is claimed (not also unexpected).
 void plan_both_layouts(Family& f) {
@@ -80,6 +134,12 @@ void plan_from_single(Family& f) {
                            " " + shape_to_string(want));
     return;
   }
+  std::optional<Fp8Parts> fp8;
+  if (f.fp8() && !(fp8 = fp8_parts(f, key, src))) return;
+  if (fp8 && f.layout() == WeightLayout::Single) {
+    plan_fp8(f, key, *fp8, f.single_index, -1);
+    return;
+  }
   if (f.layout() == WeightLayout::Single) {
     if (f.adopts(src, WeightLayout::Single)) {
       f.plan.plan_adopt(key, src, f.module, f.single_index);
@@ -98,8 +158,9 @@ void plan_from_single(Family& f) {
   const bool adopt = f.adopts(src, WeightLayout::PerExpert);
   for (int64_t i = 0; i < f.n(); ++i) {
     const size_t idx = f.first_index + static_cast<size_t>(i);
-    const bool ok = adopt ? f.plan.plan_adopt(key, src.select(i), f.module, idx)
-                          : f.plan.plan_copy(key, src.select(i), f.module, idx);
+    const bool ok = fp8     ? plan_fp8(f, key, fp8->select(i), idx, -1)
+                    : adopt ? f.plan.plan_adopt(key, src.select(i), f.module, idx)
+                            : f.plan.plan_copy(key, src.select(i), f.module, idx);
     if (!ok) return;  // every expert would fail alike (dtype): report the key once
   }
   if (f.base == "weight") {
@@ -148,7 +209,12 @@ void plan_from_per_expert(Family& f) {
     if (i >= f.n()) continue;
     const std::string key = f.expert_key(i);
     f.plan.claim(key);
-    if (single) {
+    if (f.fp8()) {
+      if (const std::optional<Fp8Parts> parts = fp8_parts(f, key, *t)) {
+        plan_fp8(f, key, *parts, single ? f.single_index : f.first_index + static_cast<size_t>(i),
+                 single ? i : -1);
+      }
+    } else if (single) {
       // Straight into the module's single storage: one copy, no stacked temporary.
       f.plan.plan_copy(key, *t, f.module, f.single_index, i);
     } else if (f.adopts(*t, WeightLayout::PerExpert)) {

@@ -63,9 +63,10 @@ bool LoadPlan::plan_copy(const std::string& key, const PlannedTensor& src, Modul
 }
 
 bool LoadPlan::plan_buffer_copy(const std::string& key, const PlannedTensor& src, Module& module,
-                                size_t buffer_index) {
-  if (!check_compatible(key, src, module.buffers()[buffer_index].second)) return false;
-  writes_.push_back({key, src, &module, buffer_index, -1, true, false});
+                                size_t buffer_index, int64_t expert) {
+  const Tensor& buffer = module.buffers()[buffer_index].second;
+  if (!check_compatible(key, src, expert >= 0 ? buffer.select(expert) : buffer)) return false;
+  writes_.push_back({key, src, &module, buffer_index, expert, true, false});
   return true;
 }
 
@@ -115,7 +116,9 @@ LoadReport LoadPlan::execute(const PlannedDict& source) {
   std::set<std::string> loaded, converted;
   for (Write& w : writes_) {
     if (w.buffer) {
-      w.src.copy_to(w.module->buffers_[w.index].second);
+      Tensor& buffer = w.module->buffers_[w.index].second;
+      Tensor dst = w.expert >= 0 ? buffer.select(w.expert) : buffer;
+      w.src.copy_to(dst);
     } else {
       Parameter& p = w.module->params_[w.index];
       if (w.adopt) {

@@ -51,6 +51,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::ExpertCountMismatch:
     case ErrorCode::UnsupportedConversion:
     case ErrorCode::Fp8ScalesNotApplied:
+    case ErrorCode::Fp8WeightsNotTrainable:
     case ErrorCode::LoadFailed:
     case ErrorCode::InvalidRules:
     case ErrorCode::RuleMatchedNothing:

@@ -254,11 +254,29 @@ TEST(GroupedLinearErrorsTest, InvalidOptions) {
       {"f16_params",
        [](auto& o) { o.params_dtype = DType::F16; },
        ErrorCode::UnsupportedDType,
-       {"params_dtype", "F16", "F32 or BF16"}},
+       {"params_dtype", "F16", "F32, BF16 or F8_E4M3"}},
       {"i32_params",
        [](auto& o) { o.params_dtype = DType::I32; },
        ErrorCode::UnsupportedDType,
        {"params_dtype", "I32"}},
+      {"activations_other_than_params",
+       [](auto& o) { o.activation_dtype = DType::BF16; },
+       ErrorCode::UnsupportedDType,
+       {"activation_dtype is BF16", "expected F32 (params_dtype)"}},
+      {"fp8_f16_activations",
+       [](auto& o) {
+         o.params_dtype = DType::F8_E4M3;
+         o.activation_dtype = DType::F16;
+       },
+       ErrorCode::UnsupportedDType,
+       {"activation_dtype is F16", "F32 or BF16 beside F8_E4M3 weights"}},
+      {"fp8_wgrad_accumulation",
+       [](auto& o) {
+         o.params_dtype = DType::F8_E4M3;
+         o.fuse_wgrad_accumulation = true;
+       },
+       ErrorCode::Fp8WeightsNotTrainable,
+       {"fuse_wgrad_accumulation", "no gradient"}},
   };
   for (WeightLayout layout : kLayouts) {
     for (const Case& c : bad) {
