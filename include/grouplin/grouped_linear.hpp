@@ -44,9 +44,9 @@ struct GroupedLinearOptions {
   bool bias = true;
   // F32 or BF16 (inputs, outputs and biases use the same dtype), or F8_E4M3: FP8 weights for
   // inference, codes with one F32 scale per 128 x 128 block (DeepSeek-V3's form: buffers
-  // weight{i}_scale_inv, or weight_scale_inv [N, ...] in the Single layout), computed as the
-  // weights dequantized to the activations' dtype; they have no gradient
-  // (Fp8WeightsNotTrainable).
+  // weight{i}_scale_inv, or weight_scale_inv [N, ...] in the Single layout), computed as F32
+  // weights holding their dequantized values (code x scale in F32, PyTorch's rule) would,
+  // beside activations of either dtype; they have no gradient (Fp8WeightsNotTrainable).
   DType params_dtype = DType::F32;
   // The dtype of x, y, dy, dx and the biases beside FP8 weights: F32 or BF16 (unset: BF16).
   // For F32 and BF16 weights it must be unset or params_dtype.

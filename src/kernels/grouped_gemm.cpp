@@ -47,15 +47,12 @@ constexpr double kParallelMinCost = 2e6;
 MatrixRef matrix(const Tensor& t) {
   return {t.data(), t.dtype(), t.rank() == 0 ? 1 : t.dim(t.rank() - 1)};
 }
-// Expert e's weights: FP8 codes with their scales (decoded to the activations' precision:
-// BF16 values beside BF16 activations), or an F32 / BF16 matrix.
-MatrixRef weight_matrix(std::span<const Tensor> weights, std::span<const Tensor> scales, size_t e,
-                        DType activations) {
+// Expert e's weights: FP8 codes with their scales, or an F32 / BF16 matrix.
+MatrixRef weight_matrix(std::span<const Tensor> weights, std::span<const Tensor> scales, size_t e) {
   MatrixRef m = matrix(weights[e]);
   if (!scales.empty()) {
     m.scales = scales[e].data_as<float>();
     m.scale_ld = scales[e].dim(1);
-    m.bf16_values = activations == DType::BF16;
   }
   return m;
 }
@@ -143,7 +140,7 @@ void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
   args.first_row = first;
   std::vector<ExpertBlock> blocks;
   for (size_t e = 0; e < m_splits.size(); ++e) {
-    args.weights.push_back(weight_matrix(weights, weight_scales, e, x.dtype()));
+    args.weights.push_back(weight_matrix(weights, weight_scales, e));
     if (!biases.empty()) args.biases.push_back(matrix(biases[e]));
     args.expert_rows.push_back(m_splits[e]);
     blocks.push_back({first[e], m_splits[e], y.dim(1), x.dim(1),
@@ -168,7 +165,7 @@ void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
   const std::vector<int64_t> first = first_rows(m_splits);
   std::vector<ExpertBlock> blocks;
   for (size_t e = 0; e < m_splits.size(); ++e) {
-    args.weights.push_back(weight_matrix(weights, weight_scales, e, dy.dtype()));
+    args.weights.push_back(weight_matrix(weights, weight_scales, e));
     args.expert_rows.push_back(m_splits[e]);
     blocks.push_back({first[e], m_splits[e], dx.dim(1), dy.dim(1),
                       static_cast<double>(bytes_of(weights[e])),

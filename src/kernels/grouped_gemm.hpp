@@ -16,8 +16,9 @@
 // scratch (about 1 MiB per worker) from call to call.
 //
 // Data tensors (x, y, dy, dx) are [T, features] in the params dtype (F32 or BF16; beside FP8
-// weights, F32 or BF16 activations); expert tensors are per-expert views in any storage. FP8
-// weights are decoded where the kernels read them (packing.hpp), a tile at a time. All accumulation
+// weights, F32 or BF16 activations, as beside F32 weights); expert tensors are per-expert views
+// in any storage. FP8 weights are decoded where the kernels read them (packing.hpp), a tile at a
+// time or in registers. All accumulation
 // is F32, and F32 operands are never narrowed; BF16 operands are widened exactly (or, for BF16 x
 // BF16 forward and dgrad products on the AVX512-BF16 and AMX sets, multiplied as BF16 pairs into
 // F32 sums: tile_compute.hpp, forward_pairs) and results rounded to nearest even once at the end.
@@ -45,8 +46,9 @@ namespace grouplin::kernels {
 // y_i = x_i · W_iᵀ (+ b_i when biases is not empty). Writes every row of y.
 // Requires: x [T, in], y [T, out], weights[i] [out, in], biases empty or biases[i] [out],
 // sum(m_splits) == T. FP8 weights: weights[i] F8_E4M3 and weight_scales[i] F32
-// [ceil(out / 128), ceil(in / 128)] (empty for F32 and BF16 weights); they compute as the
-// weights dequantized (code x scale, one F32 multiply) to x's dtype would, bit for bit.
+// [ceil(out / 128), ceil(in / 128)] (empty for F32 and BF16 weights); they compute as F32
+// weights holding their dequantized values (code x scale, one F32 multiply) would, bit for bit,
+// beside x of either dtype (BF16 widened exactly).
 void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
                      std::span<const Tensor> weights, std::span<const Tensor> weight_scales,
                      std::span<const Tensor> biases, Tensor& y);

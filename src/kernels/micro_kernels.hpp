@@ -31,6 +31,18 @@ inline constexpr int kMaxStrips = 4;
 // multiplies 16 pairs (32 BF16 values of depth) per tile operation.
 inline constexpr int64_t kPairGroup = 16;
 
+// FP8 weights as the fused FP8 kernels read them: element (r, c) of the codes (row-major,
+// leading dimension ld) is code x scales[((row0 + r) / 128) * scale_ld + (col0 + c) / 128] (one
+// F32 multiply): the decoded values of packing.hpp's MatrixRef, where (row0, col0) is the codes
+// pointer's place in the whole matrix.
+struct Fp8Operand {
+  const uint8_t* codes;
+  int64_t ld;
+  const float* scales;
+  int64_t scale_ld;
+  int64_t row0, col0;
+};
+
 struct MicroKernels {
   // c[i * ldc + j] += sum over k < kc of a[i * lda + k] * b[j * ldb + k], for i < mr, j < nr.
   // Each sum is formed in 8 partial sums (k mod 8, fused multiply-adds in k order), added
@@ -42,6 +54,11 @@ struct MicroKernels {
   // as dot_tile on the widened values).
   void (*dot_tile_bf16)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, float* c, int64_t ldc);
+  // dot_tile with b FP8 codes decoded in registers (the bits of dot_tile on the decoded values),
+  // row j of b being row j of the operand. Null where the set has none: the tiles then decode
+  // rows into scratch for dot_tile. Requires: b.col0 a multiple of 8.
+  void (*dot_tile_fp8)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const Fp8Operand& b,
+                       float* c, int64_t ldc);
 
   // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * b[p * ldb + j], for i < mr, j < nr, with
   // A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1, a_step kOuterRows) or rows of
@@ -95,6 +112,11 @@ struct MicroKernels {
   // widened values, without a widened copy: the memory-bound dgrad of BF16 weights).
   void (*fma_rows_bf16)(int64_t rows, int64_t depth, const float* a, int64_t lda, const uint16_t* b,
                         int64_t ldb, int64_t cols, float* c, int64_t ldc);
+  // fma_rows with b FP8 codes decoded in registers (the bits of fma_rows on the decoded values;
+  // the memory-bound dgrad of FP8 weights). Null where the set has none (as dot_tile_fp8).
+  // Requires: b.col0 a multiple of 8.
+  void (*fma_rows_fp8)(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                       const Fp8Operand& b, int64_t cols, float* c, int64_t ldc);
 
   // sums[j] = (start + row_0[j]) + row_1[j] + ... + row_{count-1}[j], in that order, for j < n,
   // where start is +0 when `zero` and sums[j] otherwise; row i starts at rows + i * row_bytes,
@@ -127,10 +149,9 @@ struct MicroKernels {
   void (*stream_bf16)(const float* src, uint16_t* dst, int64_t n);
 
   // dst[i] = the F32 value of the F8_E4M3 code src[i] times `scale`, one F32 multiply (the
-  // dequantizing rule), i < n; with `bf16`, that product rounded to BF16 (nearest even, NaN as
-  // f32_to_bf16) and widened back: the value a BF16 dequantized weight holds. How FP8 weights
-  // reach every kernel (packing.hpp decodes them a tile at a time).
-  void (*decode_e4m3)(const uint8_t* src, float scale, bool bf16, float* dst, int64_t n);
+  // dequantizing rule), i < n. How FP8 weights reach every kernel (packing.hpp decodes them a
+  // tile at a time where a set has no fused FP8 kernel).
+  void (*decode_e4m3)(const uint8_t* src, float scale, float* dst, int64_t n);
 
   const char* name;  // "portable", "avx2+fma", "avx512f", "avx512bf16" or "amx-bf16"
 };

@@ -139,23 +139,21 @@ void stream_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
   narrow_bf16_portable(src, dst, n);
 }
 
-void decode_e4m3_portable(const uint8_t* src, float scale, bool bf16, float* dst, int64_t n) {
+void decode_e4m3_portable(const uint8_t* src, float scale, float* dst, int64_t n) {
   static const auto table = [] {
     std::array<float, 256> t{};
     for (int c = 0; c < 256; ++c)
       t[static_cast<size_t>(c)] = f8e4m3_to_f32(static_cast<uint8_t>(c));
     return t;
   }();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = table[src[i]] * scale;
-    dst[i] = bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i]] * scale;
 }
 
 }  // namespace
 
 constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
                                     .dot_tile_bf16 = dot_tile_bf16_portable,
+                                    .dot_tile_fp8 = nullptr,
                                     .outer_tile = outer_tile_portable,
                                     .outer_tile_bf16 = outer_tile_bf16_portable,
                                     .outer_strips = outer_strips_portable,
@@ -166,6 +164,7 @@ constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
                                     .pair_strips = 0,
                                     .fma_rows = fma_rows_portable,
                                     .fma_rows_bf16 = fma_rows_bf16_portable,
+                                    .fma_rows_fp8 = nullptr,
                                     .add_rows = add_rows_portable,
                                     .pack_transposed = pack_transposed_portable,
                                     .transpose = transpose_portable,

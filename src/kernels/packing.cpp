@@ -26,7 +26,7 @@ void decode_fp8(const MatrixRef& m, int64_t r, int64_t c, int64_t n, float* dst)
   const auto* codes = reinterpret_cast<const uint8_t*>(element(m, r, 0));
   for (int64_t at = c; at < c + n;) {
     const int64_t end = std::min(c + n, (at / kFp8Block + 1) * kFp8Block);
-    mk.decode_e4m3(codes + at, scale_row[at / kFp8Block], m.bf16_values, dst + (at - c), end - at);
+    mk.decode_e4m3(codes + at, scale_row[at / kFp8Block], dst + (at - c), end - at);
     at = end;
   }
 }
@@ -231,21 +231,6 @@ void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c
   const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
   const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
   std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
-  if (m.dtype == DType::F8_E4M3) {  // decoded to BF16 values, which narrow exactly
-    float row[kDecodeChunk];
-    for (int64_t j = 0; j < cols; ++j) {
-      uint32_t* dst = bp + j / kOuterCols * dwords + j % kOuterCols;
-      for (int64_t p0 = 0; p0 < kc; p0 += kDecodeChunk) {
-        const int64_t n = std::min(kDecodeChunk, kc - p0);
-        load_f32(m, c0 + j, k0 + p0, n, row);
-        for (int64_t p = 0; p < n; ++p) {
-          const uint32_t half = f32_to_bf16(row[p]);
-          dst[(p0 + p) / 2 * kOuterCols] |= (p0 + p) % 2 == 0 ? half : half << 16;
-        }
-      }
-    }
-    return;
-  }
   for (int64_t j = 0; j < cols; ++j) {
     const auto* row = reinterpret_cast<const uint16_t*>(element(m, c0 + j, k0));
     uint32_t* dst = bp + j / kOuterCols * dwords + j % kOuterCols;
@@ -263,21 +248,6 @@ void pack_pairs_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int
   const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
   const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
   std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
-  if (m.dtype == DType::F8_E4M3) {  // decoded to BF16 values, which narrow exactly
-    float row[kDecodeChunk];
-    for (int64_t p = 0; p < kc; ++p) {
-      for (int64_t j0 = 0; j0 < cols; j0 += kDecodeChunk) {
-        const int64_t n = std::min(kDecodeChunk, cols - j0);
-        load_f32(m, r0 + p, c0 + j0, n, row);
-        for (int64_t j = j0; j < j0 + n; ++j) {
-          const uint32_t half = f32_to_bf16(row[j - j0]);
-          bp[j / kOuterCols * dwords + p / 2 * kOuterCols + j % kOuterCols] |=
-              p % 2 == 0 ? half : half << 16;
-        }
-      }
-    }
-    return;
-  }
   for (int64_t r = 0; r < pairs; ++r) {
     const auto* even = reinterpret_cast<const uint16_t*>(element(m, r0 + 2 * r, c0));
     const uint16_t* odd = 2 * r + 1 < kc ? even + m.ld : nullptr;

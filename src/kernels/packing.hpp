@@ -22,23 +22,20 @@ namespace grouplin::kernels {
 inline constexpr int64_t kFp8Block = 128;
 
 // A row-major F32, BF16 or F8_E4M3 matrix: element (r, c) at data + (r * ld + c) *
-// dtype_size(dtype). An F8_E4M3 matrix (FP8 weights) stands for its dequantized values: code
-// times scales[(r / kFp8Block) * scale_ld + c / kFp8Block], rounded to BF16 when `bf16_values`
-// (beside BF16 activations); every function here that reads it decodes it so.
+// dtype_size(dtype). An F8_E4M3 matrix (FP8 weights) stands for its dequantized F32 values: code
+// times scales[(r / kFp8Block) * scale_ld + c / kFp8Block] (one F32 multiply); every function
+// here that reads it decodes it so, and the kernels treat it as an F32 matrix.
 struct MatrixRef {
   const std::byte* data = nullptr;
   DType dtype = DType::F32;
   int64_t ld = 0;
   const float* scales = nullptr;
   int64_t scale_ld = 0;
-  bool bf16_values = false;
 };
 
-// Whether the kernels treat m's values as BF16 ones (BF16, or FP8 decoded to BF16): which chain
-// of operations they take (tile_compute.hpp) depends on it.
-inline bool bf16_values(const MatrixRef& m) {
-  return m.dtype == DType::BF16 || (m.dtype == DType::F8_E4M3 && m.bf16_values);
-}
+// Whether the kernels treat m's values as BF16 ones (FP8 decodes to F32 values): which chain of
+// operations they take (tile_compute.hpp) depends on it.
+inline bool bf16_values(const MatrixRef& m) { return m.dtype == DType::BF16; }
 
 struct MutableMatrixRef {
   std::byte* data = nullptr;
@@ -55,6 +52,11 @@ inline const std::byte* element(const MatrixRef& m, int64_t r, int64_t c) {
 }
 inline std::byte* element(const MutableMatrixRef& m, int64_t r, int64_t c) {
   return m.data + (r * m.ld + c) * operand_size(m.dtype);
+}
+
+// The FP8 matrix m from element (r, c) on, as the fused FP8 micro-kernels read it.
+inline Fp8Operand fp8_operand(const MatrixRef& m, int64_t r, int64_t c) {
+  return {reinterpret_cast<const uint8_t*>(element(m, r, c)), m.ld, m.scales, m.scale_ld, r, c};
 }
 
 // dst[0, n) = row r, columns [c, c + n) of m, as F32 (exact; FP8: decoded, see MatrixRef).
@@ -91,7 +93,7 @@ void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
 // 16q..16q+15 as pair_panel_dwords(kc) dwords, pair row r (depths 2r, 2r + 1) at dword r * 16 +
 // column, the lower depth in the low half. Columns past `cols`, the high half of a last odd
 // depth, and the pair rows that round the count up to a multiple of kPairGroup are zero.
-// Requires: m BF16, or FP8 decoded to BF16 values (bf16_values).
+// Requires: m BF16.
 int64_t pair_panel_dwords(int64_t kc);
 // B(p, j) = m(c0 + j, k0 + p): rows of m transposed (forward's W).
 void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,

@@ -106,7 +106,10 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
         }
         const int64_t n = std::min(kDirectChunk, kc - p);
         const std::byte* b = element(w, p0 + p, t.col0);
-        if (w.dtype == DType::F8_E4M3) {  // decoded n rows at a time
+        if (w.dtype == DType::F8_E4M3 && mk.fma_rows_fp8 != nullptr) {  // decoded in registers
+          mk.fma_rows_fp8(t.rows, n, a + p, lda, fp8_operand(w, p0 + p, t.col0), t.cols, acc.c,
+                          acc.ldc);
+        } else if (w.dtype == DType::F8_E4M3) {  // decoded n rows at a time into scratch
           const F32Rows wd = f32_rows(w, p0 + p, n, t.col0, t.cols, s.b);
           mk.fma_rows(t.rows, n, a + p, lda, wd.data, wd.ld, t.cols, acc.c, acc.ldc);
         } else if (w.dtype == DType::F32) {

@@ -41,12 +41,17 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
       prefetch_group(group + kDotAhead);
       const int nr = static_cast<int>(std::min<int64_t>(kDotCols, t.cols - j));
       const std::byte* wp = element(w, t.col0 + j, k0);
-      // FP8 rows are decoded here, nr x kc at a time (in L1), and read as F32 rows.
-      const F32Rows wd = w.dtype == DType::F8_E4M3 ? f32_rows(w, t.col0 + j, nr, k0, kc, s.b)
-                                                   : F32Rows{nullptr, 0};
+      // FP8 rows are decoded in registers, or (sets without dot_tile_fp8) here, nr x kc at a time
+      // (in L1), and read as F32 rows.
+      const bool fp8 = w.dtype == DType::F8_E4M3, fused = fp8 && mk.dot_tile_fp8 != nullptr;
+      const F32Rows wd =
+          fp8 && !fused ? f32_rows(w, t.col0 + j, nr, k0, kc, s.b) : F32Rows{nullptr, 0};
       for (int64_t i = 0; i < t.rows; i += kDotRows) {
         const int mr = static_cast<int>(std::min<int64_t>(kDotRows, t.rows - i));
-        if (wd.data != nullptr) {
+        if (fused) {
+          mk.dot_tile_fp8(mr, nr, kc, xp + i * ldx, ldx, fp8_operand(w, t.col0 + j, k0),
+                          c + i * ldc + j, ldc);
+        } else if (wd.data != nullptr) {
           mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, wd.data, wd.ld, c + i * ldc + j, ldc);
         } else if (w.dtype == DType::F32) {
           mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, reinterpret_cast<const float*>(wp), w.ld,

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "grouplin/bench_baselines.hpp"
+#include "grouplin/bench_fp8.hpp"
+#include "grouplin/bench_timing.hpp"
 #include "grouplin/commands.hpp"
 #include "grouplin/grouplin.hpp"
 #include "kernels/grouped_gemm.hpp"
@@ -21,6 +23,13 @@
 
 namespace grouplin::cli {
 namespace {
+
+using bench::experts_of;
+using bench::filled;
+using bench::kNotRun;
+using bench::machine_description;
+using bench::make_splits;
+using bench::Variant;
 
 // MoE shapes of REFERENCE.md §D (fc1: in = hidden, out = expert ffn). The default run scales
 // them down to finish in minutes; --full-size uses the sizes in the comments.
@@ -45,7 +54,10 @@ constexpr BenchShape kFullShapes[] = {
 const std::vector<std::string> kShapeNames = {"mixtral", "qwen3", "olmoe", "deepseek", "gptoss"};
 const std::vector<std::string> kRoutingNames = {"uniform", "skewed", "empty25", "one"};
 const std::vector<std::string> kOpNames = {"forward", "dgrad", "wgrad", "bgrad"};
-const std::vector<std::string> kDTypeNames = {"f32", "bf16"};
+const std::vector<std::string> kDTypeNames = {"f32", "bf16"};  // the default
+// fp8: the FP8-weight cases of bench_fp8.hpp, with these rows per expert (quick: 1 and 4).
+const std::vector<std::string> kAllDTypeNames = {"f32", "bf16", "fp8"};
+const std::vector<int64_t> kFp8RowsPerExpert = {1, 2, 4, 16};
 
 // Mean rows per active expert below which a case counts as memory-bound: the weights (or weight
 // gradients) then carry fewer than 8 flops per F32 byte, about this machine's flops-to-bandwidth
@@ -66,50 +78,6 @@ struct BenchConfig {
   std::string plot_data;
   bool rows_given = false, routings_given = false, reps_given = false;
 };
-
-// Rows per expert: uniform (remainder to the first experts), skewed (half to expert 0, the rest
-// uniform over the others), empty25 (every fourth expert empty, the rest uniform), one (all rows
-// to expert 0).
-std::vector<int64_t> make_splits(const std::string& routing, int64_t experts, int64_t rows) {
-  std::vector<int64_t> splits(static_cast<size_t>(experts), 0);
-  std::vector<size_t> takers;
-  int64_t left = rows;
-  if (routing == "one" || experts == 1) {
-    splits[0] = rows;
-    return splits;
-  }
-  if (routing == "skewed") {
-    splits[0] = rows / 2;
-    left -= rows / 2;
-  }
-  for (size_t e = 0; e < splits.size(); ++e) {
-    if (routing == "skewed" && e == 0) continue;
-    if (routing == "empty25" && e % 4 == 3) continue;
-    takers.push_back(e);
-  }
-  const auto n = static_cast<int64_t>(takers.size());
-  for (int64_t i = 0; i < n; ++i)
-    splits[takers[static_cast<size_t>(i)]] += left / n + (i < left % n ? 1 : 0);
-  return splits;
-}
-
-// Deterministic values in [-1, 1): cheap enough to fill gigabytes.
-Tensor filled(const Shape& shape, uint64_t seed) {
-  Tensor t = Tensor::zeros(shape, DType::F32);
-  float* p = t.mutable_data_as<float>();
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = static_cast<float>(static_cast<int64_t>(s >> 40) - (int64_t{1} << 23)) * 0x1p-23f;
-  }
-  return t;
-}
-
-std::vector<Tensor> experts_of(const Tensor& stacked) {
-  std::vector<Tensor> v;
-  for (int64_t e = 0; e < stacked.dim(0); ++e) v.push_back(stacked.select(e));
-  return v;
-}
 
 // All tensors of one shape, F32 and BF16, sized for the largest row count.
 struct ShapeData {
@@ -137,9 +105,6 @@ struct ShapeData {
     copy_dst = Tensor::zeros({s.experts, s.out, s.in}, DType::F32);
   }
 };
-
-constexpr double kNotRun = std::numeric_limits<double>::infinity();
-constexpr double kMinTimedSeconds = 2e-3;
 
 double gflops(double flops, double s) { return s == kNotRun ? 0.0 : flops / s * 1e-9; }
 double gbytes(double bytes, double s) { return s == kNotRun ? 0.0 : bytes / s * 1e-9; }
@@ -216,12 +181,6 @@ struct CaseResult {
   }
 };
 
-double seconds_of(const std::function<void()>& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::string& routing,
                     const std::string& op, const BenchConfig& c) {
   CaseResult r{s.name, routing, op, s.experts, s.in, s.out, rows};
@@ -248,11 +207,6 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
       static_cast<double>(rows) / static_cast<double>(op == "wgrad" ? s.experts : r.active);
   r.memory_bound = op == "bgrad" || rows_per_expert < kMemoryBoundRows;
 
-  struct Variant {
-    double* best;
-    std::function<void()> run;
-    bool uses_blas;  // OpenBLAS threads spin after it: pause before the next variant
-  };
   std::vector<Variant> variants;
   Tensor x[2], dy[2], y[2], dx[2];
   for (int dt = 0; dt < 2; ++dt) {
@@ -304,27 +258,7 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
            false});
     }
   }
-  // Variants whose call takes less than kMinTimedSeconds are timed as batches of back-to-back
-  // calls (the batch's mean per call): one call of ~100 us varies 2x from run to run on this
-  // machine (waking a sleeping thread alone costs ~40 us), more than the variants differ. Two
-  // calls of each variant warm it up, and the faster sets its batch size (a first call often took
-  // 1.5-3x as long: cold caches, sleeping threads).
-  std::vector<int> batch(variants.size(), 1);
-  for (size_t i = 0; i < variants.size(); ++i) {
-    const double once = std::min(seconds_of(variants[i].run), seconds_of(variants[i].run));
-    if (variants[i].uses_blas) bench::let_blas_threads_sleep();
-    batch[i] = static_cast<int>(std::clamp(std::ceil(kMinTimedSeconds / once), 1.0, 32.0));
-  }
-  for (int rep = 0; rep < c.reps; ++rep) {
-    for (size_t i = 0; i < variants.size(); ++i) {
-      const Variant& v = variants[i];
-      const double s = seconds_of([&] {
-        for (int k = 0; k < batch[i]; ++k) v.run();
-      });
-      *v.best = std::min(*v.best, s / batch[i]);
-      if (v.uses_blas) bench::let_blas_threads_sleep();
-    }
-  }
+  bench::time_variants(variants, c.reps);
   return r;
 }
 
@@ -434,33 +368,6 @@ std::vector<Goal> evaluate(const std::vector<CaseResult>& results) {
   return goals;
 }
 
-std::string machine_description() {
-  std::string cpu = "unknown CPU";
-  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f)) {
-      std::string s(line);
-      if (s.rfind("model name", 0) == 0) {
-        cpu = s.substr(s.find(':') + 2);
-        cpu.erase(cpu.find_last_not_of("\n") + 1);
-        break;
-      }
-    }
-    std::fclose(f);
-  }
-  double load = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-    std::fclose(f);
-  }
-  char text[768];
-  std::snprintf(text, sizeof text,
-                "%s, %u hardware threads, %d GroupLin threads, kernels %s, %s, load %.2f",
-                cpu.c_str(), std::thread::hardware_concurrency(), kernels::num_threads(),
-                kernels::micro_kernels().name, bench::blas_description(), load);
-  return text;
-}
-
 void run_bench(BenchConfig c) {
   bench::ensure_short_blas_spin();
   if (c.quick) {  // smaller defaults; what was given explicitly stays
@@ -476,8 +383,11 @@ void run_bench(BenchConfig c) {
     std::printf("peak (xpk = GroupLin's fraction of it; clock from %s): F32 %s, BF16 %s\n\n",
                 kClockSource, peak.describe(0).c_str(), peak.describe(1).c_str());
   }
-  std::vector<CaseResult> results;
-  if (!c.json) print_header();
+  const auto has = [&](const char* dt) {
+    return std::find(c.dtypes.begin(), c.dtypes.end(), dt) != c.dtypes.end();
+  };
+  const bool floats = has("f32") || has("bf16");
+  std::vector<BenchShape> shapes;
   for (const std::string& name : c.shapes) {
     BenchShape s = *std::find_if(std::begin(kDefaultShapes), std::end(kDefaultShapes),
                                  [&](const BenchShape& b) { return name == b.name; });
@@ -489,6 +399,12 @@ void run_bench(BenchConfig c) {
       s.in /= 4;
       s.out /= 4;
     }
+    shapes.push_back(s);
+  }
+  std::vector<CaseResult> results;
+  if (!c.json && floats) print_header();
+  for (const BenchShape& s : shapes) {
+    if (!floats) break;
     ShapeData data(s, *std::max_element(c.rows.begin(), c.rows.end()));
     for (int64_t rows : c.rows) {
       for (const std::string& routing : c.routings) {
@@ -500,6 +416,14 @@ void run_bench(BenchConfig c) {
     }
   }
   const std::vector<Goal> goals = evaluate(results);
+  nlohmann::json fp8;
+  if (has("fp8")) {
+    std::vector<bench::Fp8Shape> fp8_shapes;
+    for (const BenchShape& s : shapes) fp8_shapes.push_back({s.name, s.experts, s.in, s.out});
+    const std::vector<int64_t> per_expert =
+        c.quick ? std::vector<int64_t>{1, 4} : kFp8RowsPerExpert;
+    fp8 = bench::run_fp8_bench(fp8_shapes, per_expert, c.ops, c.reps, c.json);
+  }
   if (c.json) {
     nlohmann::json out = {{"machine", machine},
                           {"kernels", kernels::micro_kernels().name},
@@ -514,6 +438,7 @@ void run_bench(BenchConfig c) {
                           {"reps", c.reps},
                           {"results", nlohmann::json::array()}};
     for (const CaseResult& r : results) out["results"].push_back(to_json(r));
+    if (!fp8.is_null()) out["fp8"] = fp8;
     for (const Goal& g : goals) {
       out["goals"].push_back({{"goal", g.text},
                               {"met", g.met},
@@ -522,7 +447,7 @@ void run_bench(BenchConfig c) {
                               {"worst_case", g.worst_case}});
     }
     std::printf("%s\n", out.dump(2).c_str());
-  } else {
+  } else if (floats) {
     std::printf("\ngoals (best of %d interleaved repetitions per variant):\n", c.reps);
     for (const Goal& g : goals) {
       std::printf("  %-50s %3d of %3d cases; worst %.2f (%s)\n", g.text, g.met, g.total,
@@ -568,7 +493,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember(kOpNames));
   cmd->add_option("--dtype", c->dtypes, "params dtypes (default: both)")
       ->delimiter(',')
-      ->check(CLI::IsMember(kDTypeNames));
+      ->check(CLI::IsMember(kAllDTypeNames));
   cmd->add_option("--reps", c->reps, "interleaved repetitions, best time kept (default: 2)")
       ->check(CLI::Range(1, 100));
   cmd->add_option("--threads", c->threads,
@@ -581,11 +506,15 @@ void add_bench_command(CLI::App& app) {
   cmd->footer(
       "Every case runs GroupLin, one dense GEMM of the same FLOPs, a per-expert loop and a copy\n"
       "of the bytes, interleaved in one process; GROUPLIN_ISA=avx2|avx512|avx512bf16|amx caps the\n"
-      "kernels. docs/PERFORMANCE.md gives the published runs and how to reproduce them.\n\n"
+      "kernels. --dtype fp8 adds FP8 weights (128x128 block scales) against the same BF16\n"
+      "weights and a copy of their bytes, at 1, 2, 4 and 16 rows per expert (--rows does not\n"
+      "apply), forward and dgrad. docs/PERFORMANCE.md gives the published runs and how to\n"
+      "reproduce them.\n\n"
       "Examples:\n"
       "  grouplin bench --quick\n"
       "  grouplin bench --shapes qwen3,mixtral --rows 4096 --ops forward,dgrad --reps 5\n"
-      "  GROUPLIN_ISA=avx2 grouplin bench --json > avx2.json");
+      "  GROUPLIN_ISA=avx2 grouplin bench --json > avx2.json\n"
+      "  grouplin bench --dtype fp8 --shapes qwen3,deepseek --reps 5");
   cmd->callback([c, cmd] {
     c->rows_given = cmd->count("--rows") > 0;
     c->routings_given = cmd->count("--routing") > 0;

@@ -1,0 +1,176 @@
+// The FP8 cases of grouplin bench (bench_fp8.hpp).
+#include "grouplin/bench_fp8.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "grouplin/bench_baselines.hpp"
+#include "grouplin/bench_timing.hpp"
+#include "grouplin/grouped_linear.hpp"
+#include "kernels/grouped_gemm.hpp"
+
+namespace grouplin::cli::bench {
+namespace {
+
+constexpr double kMaxDecodeRows = 4;  // the goal's few rows per expert
+constexpr double kFp8VsBf16 = 1.7;    // FP8 weights against BF16 weights
+constexpr double kVsCopy = 0.80;      // FP8 weight traffic against a copy of those bytes
+
+struct Fp8Case {
+  std::string shape, op;
+  int64_t experts = 0, in = 0, out = 0, rows_per_expert = 0;
+  double flops = 0, fp8_bytes = 0;
+  double bf16_s = kNotRun, fp8_s = kNotRun, copy_s = kNotRun;
+
+  double gflops(double s) const { return s == kNotRun ? 0 : flops / s * 1e-9; }
+  double gbytes(double s) const { return s == kNotRun ? 0 : fp8_bytes / s * 1e-9; }
+  double vs_bf16() const { return fp8_s == kNotRun || bf16_s == kNotRun ? 0 : bf16_s / fp8_s; }
+  double vs_copy() const { return gbytes(copy_s) > 0 ? gbytes(fp8_s) / gbytes(copy_s) : 0; }
+};
+
+// One shape's two weight sets (the same draws: BF16, and FP8 quantized per block) and buffers.
+struct Fp8Data {
+  GroupedLinear bf16, fp8;
+  std::vector<Tensor> bf16_w, fp8_w, fp8_s;
+  Tensor x, dy, y, dx, copy_dst;
+
+  static GroupedLinearOptions options(const Fp8Shape& s, DType params) {
+    GroupedLinearOptions o;
+    o.num_gemms = s.experts;
+    o.in_features = s.in;
+    o.out_features = s.out;
+    o.bias = false;
+    o.params_dtype = params;
+    o.activation_dtype = DType::BF16;
+    o.weight_layout = WeightLayout::Single;
+    o.seed = 1;
+    return o;
+  }
+  Fp8Data(const Fp8Shape& s, int64_t max_rows)
+      : bf16(options(s, DType::BF16)), fp8(options(s, DType::F8_E4M3)) {
+    for (int64_t e = 0; e < s.experts; ++e) {
+      bf16_w.push_back(bf16.expert_weight(e));
+      fp8_w.push_back(fp8.expert_weight(e));
+      fp8_s.push_back(fp8.expert_weight_scale(e));
+    }
+    x = filled({max_rows, s.in}, 3).to(DType::BF16);
+    dy = filled({max_rows, s.out}, 4).to(DType::BF16);
+    y = Tensor::zeros({max_rows, s.out}, DType::BF16);
+    dx = Tensor::zeros({max_rows, s.in}, DType::BF16);
+    copy_dst = Tensor::zeros({s.experts, s.out, s.in}, DType::F8_E4M3);
+  }
+};
+
+Fp8Case run_case(const Fp8Shape& s, Fp8Data& d, int64_t per_expert, const std::string& op,
+                 int reps) {
+  Fp8Case r{s.name, op, s.experts, s.in, s.out, per_expert};
+  const int64_t rows = per_expert * s.experts;
+  const std::vector<int64_t> splits = make_splits("uniform", s.experts, rows);
+  r.flops =
+      2.0 * static_cast<double>(rows) * static_cast<double>(s.in) * static_cast<double>(s.out);
+  const double scale_bytes = static_cast<double>(d.fp8_s[0].nbytes());
+  r.fp8_bytes = static_cast<double>(s.experts) *
+                (static_cast<double>(s.in) * static_cast<double>(s.out) + scale_bytes);
+  Tensor x = d.x.rows(0, rows), dy = d.dy.rows(0, rows);
+  Tensor y = d.y.rows(0, rows), dx = d.dx.rows(0, rows);
+  const size_t copy_bytes = static_cast<size_t>(s.experts * s.in * s.out);
+  std::vector<Variant> variants = {
+      {&r.bf16_s,
+       [&] {
+         if (op == "forward") kernels::grouped_forward(x, splits, d.bf16_w, {}, {}, y);
+         if (op == "dgrad") kernels::grouped_dgrad(dy, splits, d.bf16_w, {}, dx);
+       },
+       false},
+      {&r.fp8_s,
+       [&] {
+         if (op == "forward") kernels::grouped_forward(x, splits, d.fp8_w, d.fp8_s, {}, y);
+         if (op == "dgrad") kernels::grouped_dgrad(dy, splits, d.fp8_w, d.fp8_s, dx);
+       },
+       false},
+      {&r.copy_s, [&] { parallel_copy(d.fp8_w[0].data(), d.copy_dst.mutable_data(), copy_bytes); },
+       false}};
+  time_variants(variants, reps);
+  return r;
+}
+
+struct Goal {
+  Goal(const char* text_in, double target_in) : text(text_in), target(target_in) {}
+
+  const char* text;
+  double target;
+  int met = 0, total = 0;
+  double worst = 1e300;
+  std::string worst_case;
+  void add(double v, const Fp8Case& r) {
+    if (v <= 0) return;
+    ++total;
+    met += v >= target;
+    if (v < worst) {
+      worst = v;
+      worst_case = r.shape + " " + std::to_string(r.rows_per_expert) + " rows/expert " + r.op;
+    }
+  }
+};
+
+}  // namespace
+
+nlohmann::json run_fp8_bench(const std::vector<Fp8Shape>& shapes,
+                             const std::vector<int64_t>& rows_per_expert,
+                             const std::vector<std::string>& ops, int reps, bool json) {
+  std::vector<Goal> goals = {{"FP8 weights >= 1.7 x BF16 weights (<= 4 rows/expert)", kFp8VsBf16},
+                             {"FP8 weight traffic >= 0.80 x copy (<= 4 rows/expert)", kVsCopy}};
+  nlohmann::json out = {{"results", nlohmann::json::array()}};
+  if (!json) {
+    std::printf(
+        "\nFP8 weights (F8_E4M3, 128x128 F32 block scales) against the same BF16 weights, BF16 "
+        "activations:\n%-8s %7s %-7s | %9s %8s %6s | %9s %9s %6s\n",
+        "shape", "rows/ex", "op", "BF16 GF/s", "FP8 GF/s", "xbf16", "FP8 GB/s", "copy GB/s",
+        "xcopy");
+  }
+  for (const Fp8Shape& s : shapes) {
+    Fp8Data data(s, s.experts * *std::max_element(rows_per_expert.begin(), rows_per_expert.end()));
+    for (int64_t per_expert : rows_per_expert) {
+      for (const std::string& op : ops) {
+        if (op != "forward" && op != "dgrad") continue;  // FP8 weights have no wgrad
+        const Fp8Case r = run_case(s, data, per_expert, op, reps);
+        if (per_expert <= kMaxDecodeRows) {
+          goals[0].add(r.vs_bf16(), r);
+          goals[1].add(r.vs_copy(), r);
+        }
+        out["results"].push_back({{"shape", r.shape},
+                                  {"experts", r.experts},
+                                  {"in", r.in},
+                                  {"out", r.out},
+                                  {"rows_per_expert", r.rows_per_expert},
+                                  {"op", r.op},
+                                  {"bf16_gflops", r.gflops(r.bf16_s)},
+                                  {"fp8_gflops", r.gflops(r.fp8_s)},
+                                  {"vs_bf16", r.vs_bf16()},
+                                  {"fp8_gbytes", r.gbytes(r.fp8_s)},
+                                  {"copy_gbytes", r.gbytes(r.copy_s)},
+                                  {"vs_copy", r.vs_copy()}});
+        if (!json) {
+          std::printf("%-8s %7lld %-7s | %9.1f %8.1f %6.2f | %9.1f %9.1f %6.2f\n", r.shape.c_str(),
+                      static_cast<long long>(r.rows_per_expert), r.op.c_str(), r.gflops(r.bf16_s),
+                      r.gflops(r.fp8_s), r.vs_bf16(), r.gbytes(r.fp8_s), r.gbytes(r.copy_s),
+                      r.vs_copy());
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  for (const Goal& g : goals) {
+    out["goals"].push_back({{"goal", g.text},
+                            {"met", g.met},
+                            {"cases", g.total},
+                            {"worst", g.total ? g.worst : 0.0},
+                            {"worst_case", g.worst_case}});
+    if (!json) {
+      std::printf("  %-52s %3d of %3d cases; worst %.2f (%s)\n", g.text, g.met, g.total,
+                  g.total ? g.worst : 0.0, g.worst_case.c_str());
+    }
+  }
+  return out;
+}
+
+}  // namespace grouplin::cli::bench

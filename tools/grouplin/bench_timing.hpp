@@ -1,0 +1,43 @@
+// How `grouplin bench` times the variants of one case side by side: each repetition runs every
+// variant once, in turn, and each variant keeps its best time; calls shorter than a few
+// milliseconds are timed in batches. Shared by the F32/BF16 cases (bench_command.cpp) and the FP8
+// ones (bench_fp8.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "grouplin/tensor.hpp"
+
+namespace grouplin::cli::bench {
+
+// A best time not measured (the variant did not run).
+inline constexpr double kNotRun = std::numeric_limits<double>::infinity();
+
+struct Variant {
+  double* best;  // the best seconds per call so far, updated in place
+  std::function<void()> run;
+  bool uses_blas;  // OpenBLAS threads spin after it: pause before the next variant
+};
+
+// Runs `variants` interleaved, `reps` times after two warm-up calls each (see above).
+void time_variants(const std::vector<Variant>& variants, int reps);
+
+// Rows per expert for a routing: uniform (remainder to the first experts), skewed (half to expert
+// 0, the rest uniform over the others), empty25 (every fourth expert empty, the rest uniform),
+// one (all rows to expert 0).
+std::vector<int64_t> make_splits(const std::string& routing, int64_t experts, int64_t rows);
+
+// Deterministic F32 values in [-1, 1): cheap enough to fill gigabytes.
+Tensor filled(const Shape& shape, uint64_t seed);
+
+// The experts of a stacked [N, ...] tensor, as views.
+std::vector<Tensor> experts_of(const Tensor& stacked);
+
+// The CPU, threads, kernel set, BLAS and load average, for the report's first line.
+std::string machine_description();
+
+}  // namespace grouplin::cli::bench
