@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -34,6 +36,35 @@ TEST(BenchCommandTest, BadValuesAreUsageErrors) {
     EXPECT_EQ(o.exit_code, 2) << args;
     EXPECT_EQ(o.out.find("GF/s"), std::string::npos) << args << ": measured anyway";
   }
+}
+
+// --dtype fp8 alone: only the FP8 cases (FP8 against the same BF16 weights and a copy of the FP8
+// bytes), forward and dgrad (no wgrad for FP8 weights), at the quick rows per expert.
+TEST(BenchCommandTest, Fp8RunComparesWithBf16AndCopy) {
+  const Output o = run_cli(
+      "--quick --shapes qwen3 --ops forward,wgrad,dgrad --dtype fp8 "
+      "--reps 1 --threads 2 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  EXPECT_TRUE(j["results"].empty());
+  const auto& fp8 = j["fp8"];
+  ASSERT_EQ(fp8["results"].size(), 4u);  // 1 and 4 rows per expert x forward, dgrad
+  std::vector<std::pair<int64_t, std::string>> seen;
+  for (const auto& r : fp8["results"]) {
+    seen.emplace_back(r["rows_per_expert"].get<int64_t>(), r["op"].get<std::string>());
+    for (const char* k : {"bf16_gflops", "fp8_gflops", "fp8_gbytes", "copy_gbytes"}) {
+      EXPECT_GT(r[k].get<double>(), 0.0) << k;
+    }
+    EXPECT_NEAR(r["vs_bf16"].get<double>(),
+                r["fp8_gflops"].get<double>() / r["bf16_gflops"].get<double>(), 1e-9);
+    EXPECT_NEAR(r["vs_copy"].get<double>(),
+                r["fp8_gbytes"].get<double>() / r["copy_gbytes"].get<double>(), 1e-9);
+  }
+  const std::vector<std::pair<int64_t, std::string>> want = {
+      {1, "forward"}, {1, "dgrad"}, {4, "forward"}, {4, "dgrad"}};
+  EXPECT_EQ(seen, want);
+  ASSERT_EQ(fp8["goals"].size(), 2u);
+  EXPECT_EQ(fp8["goals"][0]["cases"], 4);
 }
 
 TEST(BenchCommandTest, TinyRunPrintsResultsAndGoalsAsJson) {
