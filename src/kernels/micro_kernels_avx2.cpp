@@ -473,7 +473,7 @@ inline bool foldable(float folded) { return !std::isnan(folded); }
 // 8 codes, none a NaN code, to their values times the scale: one multiply by the folded scale,
 // a third of decode8_e4m3's operations. One core, codes in L2, G codes/s decode8_e4m3 / this:
 // decode_e4m3 6.3 / 9.2; fma_rows_fp8 (1 row) 2.7 / 6.9 (with its rows unrolled); dot tiles
-// (1 x 3) 7.5 / 7.5 (bound elsewhere: register pressure).
+// (1 x 3) 7.5 / 7.5 (bound by register pressure: 8.4 once the scales came from memory).
 GROUPLIN_AVX2 inline __m256 decode8_e4m3_finite(const uint8_t* src, __m256 folded) {
   return _mm256_mul_ps(e4m3_bits(src), folded);
 }
@@ -524,16 +524,16 @@ GROUPLIN_AVX2 inline __m256 decode_tail_e4m3(const uint8_t* codes, int64_t n, __
   return _mm256_and_ps(decode8_e4m3(padded, scale), _mm256_castsi256_ps(first_lanes(n)));
 }
 
-// One 8-value step of dot_tile_fp8_avx2_fixed: B's rows decoded (kFinite: no NaN code among
-// them), then the fused multiply-adds.
+// One 8-value step of dot_tile_fp8_avx2_fixed at column k of B's rows: decoded (kFinite: no NaN
+// code among them, `scale` folded; otherwise the plain scale), then the fused multiply-adds.
 template <int MR, int NR, bool kFinite>
-GROUPLIN_AVX2 inline void dot_fp8_step(const float* a, int64_t lda, const Fp8Operand& b, int64_t k,
-                                       const __m256* sv, __m256 (*acc)[NR]) {
+GROUPLIN_AVX2 inline void dot_fp8_step(const float* a, int64_t lda, const uint8_t* const* rows,
+                                       int64_t k, const float* scale, __m256 (*acc)[NR]) {
   __m256 bv[NR];
 #pragma GCC unroll 4
   for (int j = 0; j < NR; ++j) {
-    bv[j] = kFinite ? decode8_e4m3_finite(b.codes + j * b.ld + k, sv[j])
-                    : decode8_e4m3(b.codes + j * b.ld + k, sv[j]);
+    bv[j] = kFinite ? decode8_e4m3_finite(rows[j] + k, _mm256_set1_ps(scale[j]))
+                    : decode8_e4m3(rows[j] + k, _mm256_set1_ps(scale[j]));
   }
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
@@ -543,15 +543,34 @@ GROUPLIN_AVX2 inline void dot_fp8_step(const float* a, int64_t lda, const Fp8Ope
   }
 }
 
+// Whether any code of B's NR rows in columns [k, k + 32) is a NaN code: one movemask for all.
+template <int NR>
+GROUPLIN_AVX2 inline bool any_nan32_rows(const uint8_t* const* rows, int64_t k) {
+  __m256i hits = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + k));
+    hits = _mm256_or_si256(hits, _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x7f)),
+                                                   _mm256_set1_epi8(0x7f)));
+  }
+  return !_mm256_testz_si256(hits, hits);
+}
+
 // dot_tile_avx2_fixed with B decoded from FP8 in registers: the same chain of fused
 // multiply-adds on the decoded values. Each 8-value step lies in one scale block (col0 and the
-// steps are multiples of 8); NaN codes are looked for once per 32 values.
+// steps are multiples of 8); NaN codes are looked for once per 32 values. The scales are
+// broadcast from memory in each step, which keeps the 16 ymm registers for the accumulators and
+// the decoded values (kept in registers, they spilled the 1 x 3 tile's accumulators).
 template <int MR, int NR>
 GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t lda,
                                            const Fp8Operand& b, float* c, int64_t ldc) {
   const float* scale_row[NR];
+  const uint8_t* rows[NR];
 #pragma GCC unroll 4
-  for (int j = 0; j < NR; ++j) scale_row[j] = b.scales + ((b.row0 + j) / 128) * b.scale_ld;
+  for (int j = 0; j < NR; ++j) {
+    scale_row[j] = b.scales + ((b.row0 + j) / 128) * b.scale_ld;
+    rows[j] = b.codes + j * b.ld;
+  }
   __m256 acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
@@ -563,30 +582,26 @@ GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t l
     // One scale block (or what of it the tile spans) at a time.
     const int64_t block = (b.col0 + k) / 128;
     block_end = std::min((block + 1) * 128 - b.col0, kc / 8 * 8);
-    __m256 sv[NR];
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) sv[j] = _mm256_set1_ps(scale_row[j][block]);
-    __m256 fv[NR];
+    float scale[NR], folded[NR];
     bool fold = true;
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      const float f = folded_scale(scale_row[j][block]);
-      fold = fold && foldable(f);
-      fv[j] = _mm256_set1_ps(f);
+      scale[j] = scale_row[j][block];
+      folded[j] = folded_scale(scale[j]);
+      fold = fold && foldable(folded[j]);
     }
     int64_t kk = k;
     for (; kk + 32 <= block_end; kk += 32) {
-      bool finite = fold;
+      if (fold && !any_nan32_rows<NR>(rows, kk)) {
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) finite = finite && !any_nan32_e4m3(b.codes + j * b.ld + kk);
-      if (finite) {
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) dot_fp8_step<MR, NR, true>(a, lda, b, kk + 8 * q, fv, acc);
+        for (int q = 0; q < 4; ++q)
+          dot_fp8_step<MR, NR, true>(a, lda, rows, kk + 8 * q, folded, acc);
       } else {
-        for (int q = 0; q < 4; ++q) dot_fp8_step<MR, NR, false>(a, lda, b, kk + 8 * q, sv, acc);
+        for (int q = 0; q < 4; ++q)
+          dot_fp8_step<MR, NR, false>(a, lda, rows, kk + 8 * q, scale, acc);
       }
     }
-    for (; kk < block_end; kk += 8) dot_fp8_step<MR, NR, false>(a, lda, b, kk, sv, acc);
+    for (; kk < block_end; kk += 8) dot_fp8_step<MR, NR, false>(a, lda, rows, kk, scale, acc);
   }
   if (k < kc) {
     const __m256i mask = first_lanes(kc - k);
@@ -594,7 +609,7 @@ GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t l
     __m256 bv[NR];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      bv[j] = decode_tail_e4m3(b.codes + j * b.ld + k, kc - k, _mm256_set1_ps(scale_row[j][block]));
+      bv[j] = decode_tail_e4m3(rows[j] + k, kc - k, _mm256_set1_ps(scale_row[j][block]));
     }
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
