@@ -62,6 +62,28 @@ GROUPLIN_AVX2 inline __m256 load_b_tail(const void* b, int64_t k, int64_t n, __m
   }
 }
 
+// The end of a dot tile: the masked last step's fused multiply-adds (when bv is given: the
+// first lanes of B from column k on, zero beyond), then each accumulator's lanes summed in
+// sum_lanes's tree and added to c.
+template <int MR, int NR>
+GROUPLIN_AVX2 inline void dot_tail_and_sums(const float* a, int64_t lda, int64_t k, __m256i mask,
+                                            const __m256* bv, __m256 (*acc)[NR], float* c,
+                                            int64_t ldc) {
+  if (bv != nullptr) {
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_maskload_ps(a + i * lda + k, mask);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) c[i * ldc + j] += sum_lanes(acc[i][j]);
+  }
+}
+
 // B is F32 or (kBf16) BF16 bits widened in registers.
 template <int MR, int NR, bool kBf16>
 GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, const void* b,
@@ -92,17 +114,9 @@ GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, 
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j)
       bv[j] = load_b_tail<kBf16>(bytes + j * ldb * elem, k, kc - k, mask);
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_maskload_ps(a + i * lda + k, mask);
-#pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) c[i * ldc + j] += sum_lanes(acc[i][j]);
+    dot_tail_and_sums<MR, NR>(a, lda, k, mask, bv, acc, c, ldc);
+  } else {
+    dot_tail_and_sums<MR, NR>(a, lda, k, first_lanes(0), nullptr, acc, c, ldc);
   }
 }
 
@@ -611,17 +625,9 @@ GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t l
     for (int j = 0; j < NR; ++j) {
       bv[j] = decode_tail_e4m3(rows[j] + k, kc - k, _mm256_set1_ps(scale_row[j][block]));
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_maskload_ps(a + i * lda + k, mask);
-#pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) c[i * ldc + j] += sum_lanes(acc[i][j]);
+    dot_tail_and_sums<MR, NR>(a, lda, k, mask, bv, acc, c, ldc);
+  } else {
+    dot_tail_and_sums<MR, NR>(a, lda, k, first_lanes(0), nullptr, acc, c, ldc);
   }
 }
 

@@ -322,27 +322,13 @@ void print_row(const CaseResult& r) {
   std::fflush(stdout);
 }
 
-// One line per goal of issue 6: how many cases meet it and the worst case.
-struct Goal {
-  Goal(const char* text_in, double target_in) : text(text_in), target(target_in) {}
+// The goals of issue 6.
+using bench::Goal;
 
-  const char* text;
-  double target;
-  int met = 0, total = 0;
-  double worst = std::numeric_limits<double>::infinity();
-  std::string worst_case;
-
-  void add(double value, const CaseResult& r, const char* dtype) {
-    if (value <= 0) return;
-    ++total;
-    if (value >= target) ++met;
-    if (value < worst) {
-      worst = value;
-      worst_case =
-          r.shape + " rows " + std::to_string(r.rows) + " " + r.routing + " " + r.op + " " + dtype;
-    }
-  }
-};
+// The name of a case and dtype in the goals' lines.
+std::string case_name(const CaseResult& r, const char* dtype) {
+  return r.shape + " rows " + std::to_string(r.rows) + " " + r.routing + " " + r.op + " " + dtype;
+}
 
 std::vector<Goal> evaluate(const std::vector<CaseResult>& results) {
   std::vector<Goal> goals = {{"forward >= 0.90 x dense (>= 32 rows/expert)", 0.90},
@@ -356,13 +342,13 @@ std::vector<Goal> evaluate(const std::vector<CaseResult>& results) {
       const char* name = dt == 0 ? "f32" : "bf16";
       if (r.grouplin_s[dt] == kNotRun) continue;
       if (per_expert >= 32 && r.op == "forward")
-        goals[0].add(ratio(r.grouplin_s[dt], r.dense_s), r, name);
+        goals[0].add(ratio(r.grouplin_s[dt], r.dense_s), case_name(r, name));
       if (per_expert >= 32 && (r.op == "dgrad" || r.op == "wgrad")) {
-        goals[1].add(ratio(r.grouplin_s[dt], r.dense_s), r, name);
+        goals[1].add(ratio(r.grouplin_s[dt], r.dense_s), case_name(r, name));
       }
-      if (r.memory_bound) goals[2].add(r.vs_copy(dt), r, name);
-      if (dt == 1) goals[3].add(ratio(r.grouplin_s[1], r.grouplin_s[0]), r, name);
-      goals[4].add(ratio(r.grouplin_s[dt], r.loop_s[dt]), r, name);
+      if (r.memory_bound) goals[2].add(r.vs_copy(dt), case_name(r, name));
+      if (dt == 1) goals[3].add(ratio(r.grouplin_s[1], r.grouplin_s[0]), case_name(r, name));
+      goals[4].add(ratio(r.grouplin_s[dt], r.loop_s[dt]), case_name(r, name));
     }
   }
   return goals;
@@ -439,20 +425,11 @@ void run_bench(BenchConfig c) {
                           {"results", nlohmann::json::array()}};
     for (const CaseResult& r : results) out["results"].push_back(to_json(r));
     if (!fp8.is_null()) out["fp8"] = fp8;
-    for (const Goal& g : goals) {
-      out["goals"].push_back({{"goal", g.text},
-                              {"met", g.met},
-                              {"cases", g.total},
-                              {"worst", g.total ? g.worst : 0.0},
-                              {"worst_case", g.worst_case}});
-    }
+    for (const Goal& g : goals) out["goals"].push_back(g.to_json());
     std::printf("%s\n", out.dump(2).c_str());
   } else if (floats) {
     std::printf("\ngoals (best of %d interleaved repetitions per variant):\n", c.reps);
-    for (const Goal& g : goals) {
-      std::printf("  %-50s %3d of %3d cases; worst %.2f (%s)\n", g.text, g.met, g.total,
-                  g.total ? g.worst : 0.0, g.worst_case.c_str());
-    }
+    for (const Goal& g : goals) g.print();
   }
   if (!c.plot_data.empty()) {
     FILE* f = std::fopen(c.plot_data.c_str(), "w");

@@ -93,24 +93,10 @@ Fp8Case run_case(const Fp8Shape& s, Fp8Data& d, int64_t per_expert, const std::s
   return r;
 }
 
-struct Goal {
-  Goal(const char* text_in, double target_in) : text(text_in), target(target_in) {}
-
-  const char* text;
-  double target;
-  int met = 0, total = 0;
-  double worst = 1e300;
-  std::string worst_case;
-  void add(double v, const Fp8Case& r) {
-    if (v <= 0) return;
-    ++total;
-    met += v >= target;
-    if (v < worst) {
-      worst = v;
-      worst_case = r.shape + " " + std::to_string(r.rows_per_expert) + " rows/expert " + r.op;
-    }
-  }
-};
+// The name of a case in the goals' lines.
+std::string case_name(const Fp8Case& r) {
+  return r.shape + " " + std::to_string(r.rows_per_expert) + " rows/expert " + r.op;
+}
 
 }  // namespace
 
@@ -134,8 +120,8 @@ nlohmann::json run_fp8_bench(const std::vector<Fp8Shape>& shapes,
         if (op != "forward" && op != "dgrad") continue;  // FP8 weights have no wgrad
         const Fp8Case r = run_case(s, data, per_expert, op, reps);
         if (per_expert <= kMaxDecodeRows) {
-          goals[0].add(r.vs_bf16(), r);
-          goals[1].add(r.vs_copy(), r);
+          goals[0].add(r.vs_bf16(), case_name(r));
+          goals[1].add(r.vs_copy(), case_name(r));
         }
         out["results"].push_back({{"shape", r.shape},
                                   {"experts", r.experts},
@@ -160,15 +146,8 @@ nlohmann::json run_fp8_bench(const std::vector<Fp8Shape>& shapes,
     }
   }
   for (const Goal& g : goals) {
-    out["goals"].push_back({{"goal", g.text},
-                            {"met", g.met},
-                            {"cases", g.total},
-                            {"worst", g.total ? g.worst : 0.0},
-                            {"worst_case", g.worst_case}});
-    if (!json) {
-      std::printf("  %-52s %3d of %3d cases; worst %.2f (%s)\n", g.text, g.met, g.total,
-                  g.total ? g.worst : 0.0, g.worst_case.c_str());
-    }
+    out["goals"].push_back(g.to_json());
+    if (!json) g.print();
   }
   return out;
 }

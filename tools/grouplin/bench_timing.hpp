@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,39 @@ struct Variant {
 
 // Runs `variants` interleaved, `reps` times after two warm-up calls each (see above).
 void time_variants(const std::vector<Variant>& variants, int reps);
+
+// One goal of a run: how many cases meet it, and the worst case.
+struct Goal {
+  Goal(const char* text_in, double target_in) : text(text_in), target(target_in) {}
+
+  // Counts one case's figure (ignored when not positive: the case did not run).
+  void add(double value, const std::string& case_name) {
+    if (value <= 0) return;
+    ++total;
+    if (value >= target) ++met;
+    if (value < worst) {
+      worst = value;
+      worst_case = case_name;
+    }
+  }
+  nlohmann::json to_json() const {
+    return {{"goal", text},
+            {"met", met},
+            {"cases", total},
+            {"worst", total ? worst : 0.0},
+            {"worst_case", worst_case}};
+  }
+  void print() const {
+    std::printf("  %-52s %3d of %3d cases; worst %.2f (%s)\n", text, met, total,
+                total ? worst : 0.0, worst_case.c_str());
+  }
+
+  const char* text;
+  double target;
+  int met = 0, total = 0;
+  double worst = std::numeric_limits<double>::infinity();
+  std::string worst_case;
+};
 
 // Rows per expert for a routing: uniform (remainder to the first experts), skewed (half to expert
 // 0, the rest uniform over the others), empty25 (every fourth expert empty, the rest uniform),
