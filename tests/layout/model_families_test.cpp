@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "error_of.hpp"
 #include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/layout_rules.hpp"
@@ -40,15 +41,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
          std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-template <typename F>
-Error error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorCode::InvalidArgument, "no error");
-}
+using testing::error_of;
 
 // Regression: a literal text ending in a digit before {expert} ("fc1{expert}") never matched,
 // because the index took every trailing digit.

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "error_of.hpp"
 #include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/layout_rules.hpp"
@@ -18,15 +19,7 @@ using testing::HfSpec;
 using testing::pattern_tensor;
 using testing::stack;
 
-template <typename F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorCode::InvalidArgument, "no error");
-}
+using testing::error_of;
 
 std::map<std::string, std::string> bytes_of(const ConversionPlan& plan) {
   std::map<std::string, std::string> out;

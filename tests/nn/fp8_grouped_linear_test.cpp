@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/load_state_dict.hpp"
@@ -29,15 +30,7 @@ GroupedLinearOptions fp8_options(WeightLayout layout, DType activations) {
   return o;
 }
 
-template <typename F>
-Error error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorCode::InvalidArgument, "no error");
-}
+using testing::error_of;
 
 TEST(Fp8GroupedLinear, NamesItsScalesAsTransformerEngineDoes) {
   GroupedLinear per(fp8_options(WeightLayout::PerExpert, DType::BF16));
