@@ -41,6 +41,9 @@ struct Fp8Operand {
   const float* scales;
   int64_t scale_ld;
   int64_t row0, col0;
+  // Where the caller reads next, or null: dot_tile_fp8 prefetches the rows from here on at the
+  // columns it reads, as it reads them (a burst per tile left FP8's stream at half the rate).
+  const uint8_t* ahead = nullptr;
 };
 
 struct MicroKernels {

@@ -606,6 +606,12 @@ GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t l
     }
     int64_t kk = k;
     for (; kk + 32 <= block_end; kk += 32) {
+      if (b.ahead != nullptr && kk % 64 == 0) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) {
+          _mm_prefetch(reinterpret_cast<const char*>(b.ahead + j * b.ld + kk), _MM_HINT_T0);
+        }
+      }
       if (fold && !any_nan32_rows<NR>(rows, kk)) {
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q)
