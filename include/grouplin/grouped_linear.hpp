@@ -128,6 +128,9 @@ class GroupedLinear : public Module {
   static Tensor expert_view(const Tensor& t, int64_t i, WeightLayout layout);
   // Index of the first bias parameter (the weights come first).
   size_t first_bias_param() const;
+  // Index of expert i's FP8 scale buffer (the Single layout's one for all experts); _extra_state
+  // is buffer 0, the scales follow.
+  size_t scale_buffer(int64_t i) const;
   void allocate_grads();
   void check_forward_args(const Tensor& x, std::span<const int64_t> m_splits) const;
 

@@ -40,15 +40,16 @@
 #include <span>
 
 #include "grouplin/tensor.hpp"
+#include "kernels/micro_kernels.hpp"
 
 namespace grouplin::kernels {
 
 // y_i = x_i · W_iᵀ (+ b_i when biases is not empty). Writes every row of y.
 // Requires: x [T, in], y [T, out], weights[i] [out, in], biases empty or biases[i] [out],
 // sum(m_splits) == T. FP8 weights: weights[i] F8_E4M3 and weight_scales[i] F32
-// [ceil(out / 128), ceil(in / 128)] (empty for F32 and BF16 weights); they compute as F32
-// weights holding their dequantized values (code x scale, one F32 multiply) would, bit for bit,
-// beside x of either dtype (BF16 widened exactly).
+// [ceil(out / kFp8Block), ceil(in / kFp8Block)] (micro_kernels.hpp: 128) (empty for F32 and BF16
+// weights); they compute as F32 weights holding their dequantized values (code x scale, one F32
+// multiply) would, bit for bit, beside x of either dtype (BF16 widened exactly).
 void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
                      std::span<const Tensor> weights, std::span<const Tensor> weight_scales,
                      std::span<const Tensor> biases, Tensor& y);

@@ -31,10 +31,13 @@ inline constexpr int kMaxStrips = 4;
 // multiplies 16 pairs (32 BF16 values of depth) per tile operation.
 inline constexpr int64_t kPairGroup = 16;
 
+// FP8 weights carry one F32 scale per block of kFp8Block x kFp8Block codes (DeepSeek-V3's form).
+inline constexpr int64_t kFp8Block = 128;
+
 // FP8 weights as the fused FP8 kernels read them: element (r, c) of the codes (row-major,
-// leading dimension ld) is code x scales[((row0 + r) / 128) * scale_ld + (col0 + c) / 128] (one
-// F32 multiply): the decoded values of packing.hpp's MatrixRef, where (row0, col0) is the codes
-// pointer's place in the whole matrix.
+// leading dimension ld) is code x scales[((row0 + r) / kFp8Block) * scale_ld + (col0 + c) /
+// kFp8Block] (one F32 multiply): the decoded values of packing.hpp's MatrixRef, where
+// (row0, col0) is the codes pointer's place in the whole matrix.
 struct Fp8Operand {
   const uint8_t* codes;
   int64_t ld;

@@ -582,7 +582,7 @@ GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t l
   const uint8_t* rows[NR];
 #pragma GCC unroll 4
   for (int j = 0; j < NR; ++j) {
-    scale_row[j] = b.scales + ((b.row0 + j) / 128) * b.scale_ld;
+    scale_row[j] = b.scales + ((b.row0 + j) / kFp8Block) * b.scale_ld;
     rows[j] = b.codes + j * b.ld;
   }
   __m256 acc[MR][NR];
@@ -594,8 +594,8 @@ GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t l
   int64_t k = 0;
   for (int64_t block_end = 0; k + 8 <= kc; k = block_end) {
     // One scale block (or what of it the tile spans) at a time.
-    const int64_t block = (b.col0 + k) / 128;
-    block_end = std::min((block + 1) * 128 - b.col0, kc / 8 * 8);
+    const int64_t block = (b.col0 + k) / kFp8Block;
+    block_end = std::min((block + 1) * kFp8Block - b.col0, kc / 8 * 8);
     float scale[NR], folded[NR];
     bool fold = true;
 #pragma GCC unroll 4
@@ -625,7 +625,7 @@ GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t l
   }
   if (k < kc) {
     const __m256i mask = first_lanes(kc - k);
-    const int64_t block = (b.col0 + k) / 128;
+    const int64_t block = (b.col0 + k) / kFp8Block;
     __m256 bv[NR];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
@@ -672,11 +672,11 @@ GROUPLIN_AVX2 void fma_rows_fp8_impl(int64_t rows, int64_t depth, const float* a
   const int64_t full = cols / 8 * 8;
   const __m256i mask = first_lanes(cols - full);
   for (int64_t p = 0; p < depth; ++p) {
-    const float* scale_row = b.scales + ((b.row0 + p) / 128) * b.scale_ld;
+    const float* scale_row = b.scales + ((b.row0 + p) / kFp8Block) * b.scale_ld;
     const uint8_t* codes = b.codes + p * b.ld;
     for (int64_t j = 0; j < full;) {
-      const int64_t block = (b.col0 + j) / 128;
-      const int64_t end = std::min(full, (block + 1) * 128 - b.col0);
+      const int64_t block = (b.col0 + j) / kFp8Block;
+      const int64_t end = std::min(full, (block + 1) * kFp8Block - b.col0);
       const float scale = scale_row[block], f = folded_scale(scale);
       const __m256 sv = _mm256_set1_ps(scale), fv = _mm256_set1_ps(f);
       for (; j + 32 <= end; j += 32) {
@@ -695,7 +695,7 @@ GROUPLIN_AVX2 void fma_rows_fp8_impl(int64_t rows, int64_t depth, const float* a
     }
     if (full < cols) {
       const __m256 bv = decode_tail_e4m3(codes + full, cols - full,
-                                         _mm256_set1_ps(scale_row[(b.col0 + full) / 128]));
+                                         _mm256_set1_ps(scale_row[(b.col0 + full) / kFp8Block]));
       for (int64_t r = 0; r < rows; ++r) {
         float* cv = c + r * ldc + full;
         const __m256 sum =

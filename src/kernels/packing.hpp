@@ -18,9 +18,6 @@
 
 namespace grouplin::kernels {
 
-// FP8 weights carry one F32 scale per block of kFp8Block x kFp8Block codes.
-inline constexpr int64_t kFp8Block = 128;
-
 // A row-major F32, BF16 or F8_E4M3 matrix: element (r, c) at data + (r * ld + c) *
 // dtype_size(dtype). An F8_E4M3 matrix (FP8 weights) stands for its dequantized F32 values: code
 // times scales[(r / kFp8Block) * scale_ld + c / kFp8Block] (one F32 multiply); every function

@@ -65,8 +65,7 @@ DType activations_of(const GroupedLinearOptions& o) {
   return o.params_dtype == DType::F8_E4M3 ? DType::BF16 : o.params_dtype;
 }
 
-// FP8 block size of the weights' scales (DeepSeek-V3's 128 x 128).
-constexpr int64_t kFp8Block = 128;
+using kernels::kFp8Block;  // the block of the FP8 weights' scales, as the kernels read them
 constexpr float kE4M3Max = 448.0f;
 
 Shape fp8_scale_shape(int64_t out, int64_t in) {
@@ -160,7 +159,7 @@ GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
   // Quantisation state of TransformerEngine's own recipes would live here; GroupLin has none, so
   // it is always empty. Optional: Hugging Face, vLLM and most non-TE checkpoints have none.
   register_buffer("_extra_state", Tensor::zeros({0}, DType::U8), /*optional=*/true);
-  // FP8 scales are buffers 1.. (1 in the Single layout), named as TransformerEngine's FP8
+  // FP8 scales are the buffers after it (scale_buffer), named as TransformerEngine's FP8
   // checkpoints and the te rules name them.
   if (fp8 && layout_ == WeightLayout::Single) register_buffer("weight_scale_inv", stacked_scales);
   for (int64_t i = 0; fp8 && layout_ != WeightLayout::Single && i < n; ++i) {
@@ -205,11 +204,14 @@ Tensor GroupedLinear::expert_bias(int64_t i) const {
   const Parameter* p = bias_param(i);
   return p ? expert_view(p->value, i, bias_layout_) : Tensor();
 }
+size_t GroupedLinear::scale_buffer(int64_t i) const {
+  return layout_ == WeightLayout::Single ? 1 : 1 + static_cast<size_t>(i);
+}
+
 Tensor GroupedLinear::expert_weight_scale(int64_t i) const {
   check_expert_index(i, num_gemms());
   if (options_.params_dtype != DType::F8_E4M3) return Tensor();
-  const size_t b = layout_ == WeightLayout::Single ? 1 : 1 + static_cast<size_t>(i);
-  return expert_view(buffers()[b].second, i, layout_);
+  return expert_view(buffers()[scale_buffer(i)].second, i, layout_);
 }
 
 namespace {

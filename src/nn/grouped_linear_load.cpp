@@ -10,6 +10,7 @@
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
+#include "kernels/micro_kernels.hpp"
 #include "layout/expert_names.hpp"
 
 namespace grouplin {
@@ -33,6 +34,7 @@ struct Family {
   Shape expert_shape;       // [out, in] or [out]
   size_t single_index = 0;  // Single layout: the parameter holding all experts
   size_t first_index = 0;   // PerExpert/Contiguous: the parameter of expert 0 (the same index)
+  size_t first_scale = 0;   // FP8 weights: the scale buffer of expert 0 (Single: of all)
   // What the source holds for this family.
   const PlannedTensor* stacked = nullptr;           // prefix + base, any shape
   std::map<int64_t, const PlannedTensor*> experts;  // prefix + base{i}, by i
@@ -74,12 +76,14 @@ std::optional<Fp8Parts> fp8_parts(Family& f, const std::string& key, const Plann
     return std::nullopt;
   }
   const Dequantization& d = *src.dequantize;
-  if (d.codes != DType::F8_E4M3 || d.block_rows != 128 || d.block_cols != 128) {
+  const int64_t block = kernels::kFp8Block;
+  if (d.codes != DType::F8_E4M3 || d.block_rows != block || d.block_cols != block) {
     f.plan.add_problem(ErrorCode::UnsupportedConversion, key,
                        what + "is " + std::string(dtype_name(d.codes)) + " with scales " +
                            quote(d.scales_name) + " per " + std::to_string(d.block_rows) + " x " +
                            std::to_string(d.block_cols) +
-                           " block; expected F8_E4M3 with one scale per 128 x 128 block");
+                           " block; expected F8_E4M3 with one scale per " + std::to_string(block) +
+                           " x " + std::to_string(block) + " block");
     return std::nullopt;
   }
   Fp8Parts parts{src, {}};
@@ -93,11 +97,11 @@ std::optional<Fp8Parts> fp8_parts(Family& f, const std::string& key, const Plann
 }
 
 // Codes into weight parameter `param` (its slice `expert`, when >= 0) and scales into its scale
-// buffer (buffer 1 for the Single layout's stacked scales, 1 + i for expert i's).
+// buffer (the Single layout's stacked one, or that of the parameter's expert).
 bool plan_fp8(Family& f, const std::string& key, const Fp8Parts& parts, size_t param,
               int64_t expert) {
   const bool single = f.layout() == WeightLayout::Single;
-  const size_t buffer = single ? 1 : 1 + (param - f.first_index);
+  const size_t buffer = f.first_scale + (single ? 0 : param - f.first_index);
   return f.plan.plan_copy(key, parts.codes, f.module, param, expert) &&
          f.plan.plan_buffer_copy(parts.scales.name, parts.scales, f.module, buffer, expert);
 }
@@ -245,8 +249,6 @@ void GroupedLinear::plan_load(const PlannedDict& source, const std::string& pref
                               LoadPlan& plan) {
   // The report names the root "" (load_state_dict.hpp); messages say "<root>".
   const std::string report_name = prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1);
-  // The weights' parameters come first: one for Single, N for the others; then the biases'.
-  const size_t first_bias = layout_ == WeightLayout::Single ? 1 : static_cast<size_t>(num_gemms());
   auto family = [&](const char* base, Shape expert_shape, size_t index) {
     Family f{*this,
              plan,
@@ -257,13 +259,16 @@ void GroupedLinear::plan_load(const PlannedDict& source, const std::string& pref
              std::move(expert_shape),
              index,
              index,
+             scale_buffer(0),
              source.find(prefix + base),
              {}};
     return f;
   };
   std::vector<Family> families;
   families.push_back(family("weight", {options_.out_features, options_.in_features}, 0));
-  if (options_.bias) families.push_back(family("bias", {options_.out_features}, first_bias));
+  if (options_.bias) {
+    families.push_back(family("bias", {options_.out_features}, first_bias_param()));
+  }
 
   // Which per-expert entries does the source hold for this module? One pass over the keys.
   for (const PlannedTensor& t : source) {
