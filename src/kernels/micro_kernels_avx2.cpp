@@ -507,12 +507,18 @@ GROUPLIN_AVX2 inline __m256 decode8_e4m3(const uint8_t* src, __m256 scale) {
   return _mm256_mul_ps(_mm256_blendv_ps(exact, quiet, _mm256_castsi256_ps(nan)), scale);
 }
 
-// Whether any of the 32 codes from src on is a NaN code: checked once per 32 codes, so that the
-// common case takes decode8_e4m3_finite.
-GROUPLIN_AVX2 inline bool any_nan32_e4m3(const uint8_t* src) {
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-  const __m256i low = _mm256_and_si256(v, _mm256_set1_epi8(0x7f));
-  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(low, _mm256_set1_epi8(0x7f))) != 0;
+// Whether any of the 32 codes from column k on of the NR rows is a NaN code: checked once per 32
+// codes (one test for all rows), so that the common case takes decode8_e4m3_finite.
+template <int NR>
+GROUPLIN_AVX2 inline bool any_nan32_rows(const uint8_t* const* rows, int64_t k) {
+  __m256i hits = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + k));
+    hits = _mm256_or_si256(hits, _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x7f)),
+                                                   _mm256_set1_epi8(0x7f)));
+  }
+  return !_mm256_testz_si256(hits, hits);
 }
 
 GROUPLIN_AVX2 void decode_e4m3_avx2(const uint8_t* src, float scale, float* dst, int64_t n) {
@@ -521,7 +527,7 @@ GROUPLIN_AVX2 void decode_e4m3_avx2(const uint8_t* src, float scale, float* dst,
   const __m256 fv = _mm256_set1_ps(f);
   int64_t i = 0;
   for (; foldable(f) && i + 32 <= n; i += 32) {
-    const bool finite = !any_nan32_e4m3(src + i);
+    const bool finite = !any_nan32_rows<1>(&src, i);
     for (int64_t q = i; q < i + 32; q += 8) {
       _mm256_storeu_ps(dst + q,
                        finite ? decode8_e4m3_finite(src + q, fv) : decode8_e4m3(src + q, s));
@@ -555,19 +561,6 @@ GROUPLIN_AVX2 inline void dot_fp8_step(const float* a, int64_t lda, const uint8_
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
   }
-}
-
-// Whether any code of B's NR rows in columns [k, k + 32) is a NaN code: one movemask for all.
-template <int NR>
-GROUPLIN_AVX2 inline bool any_nan32_rows(const uint8_t* const* rows, int64_t k) {
-  __m256i hits = _mm256_setzero_si256();
-#pragma GCC unroll 4
-  for (int j = 0; j < NR; ++j) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + k));
-    hits = _mm256_or_si256(hits, _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x7f)),
-                                                   _mm256_set1_epi8(0x7f)));
-  }
-  return !_mm256_testz_si256(hits, hits);
 }
 
 // dot_tile_avx2_fixed with B decoded from FP8 in registers: the same chain of fused
@@ -680,7 +673,7 @@ GROUPLIN_AVX2 void fma_rows_fp8_impl(int64_t rows, int64_t depth, const float* a
       const float scale = scale_row[block], f = folded_scale(scale);
       const __m256 sv = _mm256_set1_ps(scale), fv = _mm256_set1_ps(f);
       for (; j + 32 <= end; j += 32) {
-        if (foldable(f) && !any_nan32_e4m3(codes + j)) {
+        if (foldable(f) && !any_nan32_rows<1>(&codes, j)) {
 #pragma GCC unroll 4
           for (int64_t q = j; q < j + 32; q += 8) {
             fma_group_fp8<kRows>(rows, a, lda, p, decode8_e4m3_finite(codes + q, fv), c, ldc, q);

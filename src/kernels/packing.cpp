@@ -155,8 +155,6 @@ void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t
         std::fill(dst + width, dst + kOuterCols, 0.0f);
       } else if (m.dtype == DType::F32) {
         std::memcpy(dst, src, kOuterCols * sizeof(float));
-      } else if (m.dtype == DType::F8_E4M3) {
-        load_f32(m, r0 + p, c0 + q * kOuterCols, kOuterCols, dst);
       } else {
         mk.widen_bf16(reinterpret_cast<const uint16_t*>(src), dst, kOuterCols);
       }
