@@ -100,6 +100,34 @@ void quantize_blocks(const Tensor& values, Tensor codes, Tensor scales) {
 
 }  // namespace
 
+namespace {
+
+// One family of per-expert tensors in `layout`: `experts` are views of `stacked` (Single, one
+// [N, ...] tensor), of `group` (Contiguous, one allocation) or separate tensors (PerExpert).
+struct FamilyStorage {
+  std::vector<Tensor> experts;
+  Tensor stacked;
+};
+FamilyStorage family_storage(int64_t n, const Shape& shape, DType dt, WeightLayout layout,
+                             GroupedTensor& group) {
+  FamilyStorage f;
+  if (layout == WeightLayout::Single) {
+    Shape stacked = shape;
+    stacked.insert(stacked.begin(), n);
+    f.stacked = Tensor::zeros(stacked, dt);
+  } else if (layout == WeightLayout::Contiguous) {
+    group = GroupedTensor::make_uniform(n, shape, dt);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    f.experts.push_back(layout == WeightLayout::Single       ? f.stacked.select(i)
+                        : layout == WeightLayout::Contiguous ? group.member(i)
+                                                             : Tensor::zeros(shape, dt));
+  }
+  return f;
+}
+
+}  // namespace
+
 GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
     : options_(options),
       layout_(resolve_weight_layout(options.weight_layout)),
@@ -108,62 +136,45 @@ GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
   check_options(options_);
   const int64_t n = options_.num_gemms, in = options_.in_features, out = options_.out_features;
   const bool fp8 = options_.params_dtype == DType::F8_E4M3;
-  const Shape w_shape = {out, in}, b_shape = {out}, s_shape = fp8_scale_shape(out, in);
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
 
-  // FP8 scales, in the weights' layout: views into which the weights' initialisation writes.
-  std::vector<Tensor> scales;
-  Tensor stacked_scales;
-  if (fp8 && layout_ == WeightLayout::Single) {
-    stacked_scales = Tensor::zeros({n, s_shape[0], s_shape[1]}, DType::F32);
-    for (int64_t i = 0; i < n; ++i) scales.push_back(stacked_scales.select(i));
-  } else if (fp8) {
-    if (layout_ == WeightLayout::Contiguous) {
-      scale_group_ = GroupedTensor::make_uniform(n, s_shape, DType::F32);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      scales.push_back(layout_ == WeightLayout::Contiguous ? scale_group_.member(i)
-                                                           : Tensor::zeros(s_shape, DType::F32));
-    }
-  }
+  // FP8 scales, in the weights' layout: the weights' initialisation writes them.
+  const FamilyStorage scales =
+      fp8 ? family_storage(n, fp8_scale_shape(out, in), DType::F32, layout_, scale_group_)
+          : FamilyStorage{};
   // Expert i's values: the F32 or BF16 draws, or for FP8 the F32 draws quantized.
   auto init_expert = [&](Tensor t, int64_t i, int64_t stream) {
     if (t.dtype() != DType::F8_E4M3) return init_uniform(t, options_.seed, 2 * i + stream, bound);
     Tensor values = Tensor::zeros(t.shape(), DType::F32);
     init_uniform(values, options_.seed, 2 * i + stream, bound);
-    quantize_blocks(values, t, scales[static_cast<size_t>(i)]);
+    quantize_blocks(values, t, scales.experts[static_cast<size_t>(i)]);
   };
 
   // The weights, then the biases, each family in its own layout. Expert i draws stream 2i for its
   // weight and 2i + 1 for its bias, so every layout holds the same bits.
   auto add_family = [&](const char* base, const Shape& shape, DType dt, WeightLayout layout,
                         GroupedTensor& group, int64_t stream) {
+    const FamilyStorage f = family_storage(n, shape, dt, layout, group);
+    for (int64_t i = 0; i < n; ++i) init_expert(f.experts[static_cast<size_t>(i)], i, stream);
     if (layout == WeightLayout::Single) {
-      Shape stacked = shape;
-      stacked.insert(stacked.begin(), n);
-      Tensor t = Tensor::zeros(stacked, dt);
-      for (int64_t i = 0; i < n; ++i) init_expert(t.select(i), i, stream);
-      register_parameter(base, t);
+      register_parameter(base, f.stacked);
       return;
     }
-    const bool grouped = layout == WeightLayout::Contiguous;
-    if (grouped) group = GroupedTensor::make_uniform(n, shape, dt);
     for (int64_t i = 0; i < n; ++i) {
-      Tensor t = grouped ? group.member(i) : Tensor::zeros(shape, dt);
-      init_expert(t, i, stream);
-      register_parameter(base + std::to_string(i), t);
+      register_parameter(base + std::to_string(i), f.experts[static_cast<size_t>(i)]);
     }
   };
-  add_family("weight", w_shape, options_.params_dtype, layout_, weight_group_, 0);
-  if (options_.bias) add_family("bias", b_shape, activations_, bias_layout_, bias_group_, 1);
+  add_family("weight", {out, in}, options_.params_dtype, layout_, weight_group_, 0);
+  if (options_.bias) add_family("bias", {out}, activations_, bias_layout_, bias_group_, 1);
   // Quantisation state of TransformerEngine's own recipes would live here; GroupLin has none, so
   // it is always empty. Optional: Hugging Face, vLLM and most non-TE checkpoints have none.
   register_buffer("_extra_state", Tensor::zeros({0}, DType::U8), /*optional=*/true);
   // FP8 scales are the buffers after it (scale_buffer), named as TransformerEngine's FP8
   // checkpoints and the te rules name them.
-  if (fp8 && layout_ == WeightLayout::Single) register_buffer("weight_scale_inv", stacked_scales);
+  if (fp8 && layout_ == WeightLayout::Single) register_buffer("weight_scale_inv", scales.stacked);
   for (int64_t i = 0; fp8 && layout_ != WeightLayout::Single && i < n; ++i) {
-    register_buffer("weight" + std::to_string(i) + "_scale_inv", scales[static_cast<size_t>(i)]);
+    register_buffer("weight" + std::to_string(i) + "_scale_inv",
+                    scales.experts[static_cast<size_t>(i)]);
   }
 }
 
