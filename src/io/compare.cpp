@@ -233,8 +233,8 @@ std::vector<Join> find_joins(const Canonical& a, const Canonical& b,
   return out;
 }
 
-// "[96, 32]" of a join's parts ("[32, 32] + [32, 32] + [32, 32]"), or "" when they are the
-// whole's along its first dim, in one dtype.
+// "" when a join's parts make its whole along the first dim, in its dtype; otherwise the
+// difference ("shape [96, 32] F32 vs [32, 32] + [32, 32] + [16, 32] F32 + F32 + F32").
 std::string join_mismatch(const Join& j) {
   Shape joined = j.whole->shape;
   int64_t rows = 0;
