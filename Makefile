@@ -6,8 +6,8 @@ SAN_BUILD ?= build-san
 CROSS_BUILD ?= build-aarch64
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run test test-release test-install test-sanitize test-cross bench clean \
-	format format-check
+.PHONY: all deps build run test test-release test-install test-python test-sanitize test-cross bench \
+	clean format format-check
 
 all: build
 
@@ -21,7 +21,7 @@ build: deps
 run: build
 	./$(BUILD)/grouplin demo
 
-test: format-check test-release test-install test-sanitize test-cross
+test: format-check test-release test-install test-python test-sanitize test-cross
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -50,6 +50,11 @@ test-install: build
 	  got=$$("$$d/prefix/bin/grouplin" --version | head -1) && \
 	  if [ "$$got" = "$$want" ]; then echo "test-install: installed package ok ($$got)"; \
 	  else echo "test-install: grouplin --version says '$$got', the library '$$want'"; exit 1; fi
+
+# The Python package: a wheel built by `pip wheel .` (without OpenBLAS), installed into a fresh
+# virtual environment, and its pytest suite (tests/python/run.sh).
+test-python: deps
+	@bash tests/python/run.sh
 
 # clang with AddressSanitizer + UndefinedBehaviorSanitizer: every unit test again, the fuzzers'
 # corpora replayed, and each fuzzer run for a bounded time. -O1 -g1 (line tables): sanitizer

@@ -12,7 +12,7 @@ debian_packages=(
   g++-aarch64-linux-gnu qemu-user
   libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
   libsimde-dev
-  python3-venv python3-numpy python3-torch python3-packaging
+  python3-venv python3-dev python3-pytest python3-numpy python3-torch python3-packaging
   gnuplot-nox
 )
 

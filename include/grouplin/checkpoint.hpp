@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "grouplin/error.hpp"
+#include "grouplin/file.hpp"
 #include "grouplin/state_dict.hpp"
 
 namespace grouplin {
@@ -56,9 +57,11 @@ struct Checkpoint {
 // load_pt, or a directory of shards as one state dict, checked against its index
 // (sharded_checkpoint.hpp; its tensors in natural key order: layers.2 before layers.10). Tensors
 // are zero-copy read-only views of the mappings, which they keep alive (misaligned ones excepted:
-// copied). Throws what detect_format and the loaders throw (messages name the file), and for a
+// copied). With `mode` CopyOnWrite the views are writable and a write never reaches the file
+// (MapMode: for callers that hand the tensors to code that may write, as Python's torch does).
+// Throws what detect_format and the loaders throw (messages name the file), and for a
 // directory the errors listed in sharded_checkpoint.hpp.
-Checkpoint load_checkpoint(const std::string& path);
+Checkpoint load_checkpoint(const std::string& path, MapMode mode = MapMode::ReadOnly);
 
 // Writes `tensors` atomically (temporary file, fsync, rename) with save_safetensors or save_pt.
 // The format is `format` if given, else the one `path`'s extension names, else safetensors (the

@@ -24,10 +24,15 @@
 
 namespace grouplin {
 
+// How a file is mapped: ReadOnly, or CopyOnWrite (private pages that a write copies into this
+// process, so that the file never changes: what a caller who may write into the tensors needs).
+enum class MapMode { ReadOnly, CopyOnWrite };
+
 class MappedFile : public std::enable_shared_from_this<MappedFile> {
  public:
-  // Maps the whole file read-only. Throws Error(IoError) naming the path and the OS error.
-  static std::shared_ptr<MappedFile> open(const std::string& path);
+  // Maps the whole file. Throws Error(IoError) naming the path and the OS error.
+  static std::shared_ptr<MappedFile> open(const std::string& path,
+                                          MapMode mode = MapMode::ReadOnly);
   ~MappedFile();
 
   const std::string& path() const { return path_; }
@@ -35,15 +40,17 @@ class MappedFile : public std::enable_shared_from_this<MappedFile> {
   size_t size() const { return size_; }
   // Read-ahead hint for [offset, offset + len) (clamped to the file).
   void will_need(size_t offset, size_t len) const;
-  // Read-only Storage over [offset, offset + len) that keeps this mapping alive.
-  // Throws Error(OutOfBounds) if the range is outside the file.
+  MapMode mode() const { return mode_; }
+  // Storage over [offset, offset + len) that keeps this mapping alive: read-only, or writable
+  // for a CopyOnWrite mapping. Throws Error(OutOfBounds) if the range is outside the file.
   std::shared_ptr<Storage> storage(size_t offset, size_t len) const;
 
  private:
-  MappedFile(std::string path, const std::byte* data, size_t size);
+  MappedFile(std::string path, const std::byte* data, size_t size, MapMode mode);
   std::string path_;
   const std::byte* data_;
   size_t size_;
+  MapMode mode_;
 };
 
 // Where writers put their bytes.

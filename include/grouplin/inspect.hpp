@@ -55,4 +55,17 @@ CheckpointSummary inspect_checkpoint(const std::string& path,
                                      const std::vector<LayoutRules>& rules = {},
                                      std::string_view model_type = "");
 
+// What a summary adds up to: every tensor's bytes, the grouped modules' experts and bytes.
+struct CheckpointTotals {
+  uint64_t tensor_bytes = 0;
+  uint64_t experts = 0;
+  uint64_t grouped_bytes = 0;
+};
+CheckpointTotals checkpoint_totals(const CheckpointSummary& summary);
+
+// The JSON document of `grouplin inspect --json` (and Python's grouplin.inspect) for the summary
+// of the checkpoint at `path`: schema in docs/cli.md, fields only ever added. Pure ASCII (other
+// characters as \uXXXX, bytes that are not UTF-8 as U+FFFD), indented by 2, no final newline.
+std::string inspect_json(const CheckpointSummary& summary, const std::string& path);
+
 }  // namespace grouplin

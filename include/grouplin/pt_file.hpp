@@ -43,7 +43,8 @@ struct PtReadOptions {
 StateDict load_pt(const std::string& path, const PtReadOptions& options = {});
 
 // Same checks and result as load_pt on bytes already in memory (`bytes` is kept alive by the
-// returned tensors). Error messages start with `loading "<name_for_errors>": `.
+// returned tensors, which view it: writable only if `bytes` is, as safetensors' parse is).
+// Error messages start with `loading "<name_for_errors>": `.
 // Throws Error with: InvalidZip, Truncated, CompressedEntry, EncryptedEntry, ZipHeaderMismatch,
 // DuplicateName, CrcMismatch (zip layer); MissingRecord (no data.pkl, or a storage with no
 // data/<key> record); UnknownFormat (byteorder not "little"); the pickle errors ForbiddenOpcode,

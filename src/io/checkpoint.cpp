@@ -66,13 +66,13 @@ std::optional<CheckpointFormat> format_for_extension(const std::string& path) {
   return std::nullopt;
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
+Checkpoint load_checkpoint(const std::string& path, MapMode mode) {
   Checkpoint c;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     // Every shard mapped, typed views (misaligned tensors copied, as load_safetensors does).
     std::unique_ptr<detail::CheckpointSource> src =
-        detail::CheckpointSource::open(path, {}, /*aligned_views=*/true);
+        detail::CheckpointSource::open(path, {}, /*aligned_views=*/true, mode);
     c.tensors = src->tensors();
     c.metadata = src->metadata();
     c.format = src->format();
@@ -82,7 +82,17 @@ Checkpoint load_checkpoint(const std::string& path) {
     return c;
   }
   c.format = detect_format(path);
-  if (c.format == CheckpointFormat::Pt) {
+  if (mode == MapMode::CopyOnWrite) {
+    std::shared_ptr<MappedFile> file = MappedFile::open(path, mode);
+    std::shared_ptr<Storage> bytes = file->storage(0, file->size());
+    if (c.format == CheckpointFormat::Pt) {
+      c.tensors = parse_pt(std::move(bytes), path);
+    } else {
+      SafetensorsFile f = parse_safetensors(std::move(bytes), path);
+      c.tensors = std::move(f.tensors);
+      c.metadata = std::move(f.metadata);
+    }
+  } else if (c.format == CheckpointFormat::Pt) {
     c.tensors = load_pt(path);
   } else {
     SafetensorsFile f = load_safetensors(path);

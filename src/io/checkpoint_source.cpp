@@ -44,7 +44,7 @@ bool natural_less(std::string_view a, std::string_view b) {
 
 std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path,
                                                          const PtReadOptions& pt_options,
-                                                         bool aligned_views) {
+                                                         bool aligned_views, MapMode map_mode) {
   std::unique_ptr<CheckpointSource> src(new CheckpointSource());
   src->path_ = path;
   struct stat st;
@@ -52,7 +52,7 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
     throw Error(ErrorCode::IoError, "opening " + quote(path) + ": " + std::strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) {
-    FileContents c = src->open_file(path, pt_options, aligned_views);
+    FileContents c = src->open_file(path, pt_options, aligned_views, map_mode);
     src->format_ = c.format;
     src->tensors_ = std::move(c.tensors);
     src->metadata_ = std::move(c.metadata);
@@ -65,7 +65,7 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
   std::vector<FileContents> shards;
   std::vector<ShardTensors> contents;
   for (size_t k = 0; k < dir.shards.size(); ++k) {
-    shards.push_back(src->open_file(dir.file(dir.shards[k]), pt_options, aligned_views));
+    shards.push_back(src->open_file(dir.file(dir.shards[k]), pt_options, aligned_views, map_mode));
     if (shards[k].format != shards[0].format) {
       throw Error(ErrorCode::UnknownFormat, "reading the checkpoint directory " + quote(path) +
                                                 ": the shard " + quote(dir.shards[k]) + " is a " +
@@ -111,7 +111,7 @@ std::unique_ptr<CheckpointSource> CheckpointSource::open(const std::string& path
 
 CheckpointSource::FileContents CheckpointSource::open_file(const std::string& path,
                                                            const PtReadOptions& pt_options,
-                                                           bool aligned_views) {
+                                                           bool aligned_views, MapMode map_mode) {
   File f;
   f.path = path;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -135,7 +135,7 @@ CheckpointSource::FileContents CheckpointSource::open_file(const std::string& pa
   // Map the very file the descriptor holds (not whatever the name points to by now).
   const std::string self = "/proc/self/fd/" + std::to_string(file.fd);
   try {
-    file.mapping = MappedFile::open(::access(self.c_str(), R_OK) == 0 ? self : path);
+    file.mapping = MappedFile::open(::access(self.c_str(), R_OK) == 0 ? self : path, map_mode);
   } catch (const Error& e) {
     throw Error(e.code(), "mapping " + quote(path) + ": " + e.message());
   }

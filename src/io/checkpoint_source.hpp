@@ -50,13 +50,15 @@ class CheckpointSource {
   // Opens, maps and validates `path`: a file (format detected by content) or a checkpoint
   // directory (every shard of one format). Safetensors tensors are views of the mappings even
   // when misaligned (callers read bytes, never typed elements, in place), unless
-  // `aligned_views`, which copies those few (as load_safetensors does).
+  // `aligned_views`, which copies those few (as load_safetensors does). `map_mode` CopyOnWrite
+  // makes the views writable without a write ever reaching the files (MapMode).
   // Throws Error(IoError) for a path that cannot be opened or is neither a regular file nor a
   // directory, Error(UnknownFormat), the readers' errors (messages name the file) and the
   // directory's (read_checkpoint_dir, check_shard_contents).
   static std::unique_ptr<CheckpointSource> open(const std::string& path,
                                                 const PtReadOptions& pt_options = {},
-                                                bool aligned_views = false);
+                                                bool aligned_views = false,
+                                                MapMode map_mode = MapMode::ReadOnly);
   ~CheckpointSource();
   CheckpointSource(const CheckpointSource&) = delete;
   CheckpointSource& operator=(const CheckpointSource&) = delete;
@@ -103,7 +105,7 @@ class CheckpointSource {
   };
   // Opens, maps and validates the file at `path`, adding it to files_.
   FileContents open_file(const std::string& path, const PtReadOptions& pt_options,
-                         bool aligned_views);
+                         bool aligned_views, MapMode map_mode);
   // `tensor "<name>" lies at bytes [b, e) of the file`: the input tensor holding byte `pos` of
   // `file`, for error messages (`piece`'s own range if no tensor holds it).
   std::string describe_range(const File& file, const Tensor& piece, uint64_t pos) const;

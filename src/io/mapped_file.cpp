@@ -36,7 +36,7 @@ class FdCloser {
 
 }  // namespace
 
-std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, MapMode mode) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(ErrorCode::IoError, os_error("opening", path, errno));
   FdCloser closer(fd);
@@ -53,17 +53,22 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
                                         " bytes does not fit in the address space");
   }
   auto size = static_cast<size_t>(st.st_size);
-  if (size == 0) return std::shared_ptr<MappedFile>(new MappedFile(path, kEmptyFile, 0));
+  if (size == 0) {
+    return std::shared_ptr<MappedFile>(new MappedFile(path, kEmptyFile, 0, MapMode::ReadOnly));
+  }
 
-  // MAP_PRIVATE + PROT_READ: nobody can write through this mapping. The descriptor can be closed
-  // right away; the mapping keeps the file (its inode) alive, even if it is renamed over.
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  // MAP_PRIVATE: no write through this mapping reaches the file; with PROT_READ alone nobody can
+  // write at all, with PROT_WRITE a write copies its page into this process. The descriptor can
+  // be closed right away; the mapping keeps the file (its inode) alive, even if it is renamed over.
+  const int prot = mode == MapMode::CopyOnWrite ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* p = ::mmap(nullptr, size, prot, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) throw Error(ErrorCode::IoError, os_error("mapping", path, errno));
-  return std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<const std::byte*>(p), size));
+  return std::shared_ptr<MappedFile>(
+      new MappedFile(path, static_cast<const std::byte*>(p), size, mode));
 }
 
-MappedFile::MappedFile(std::string path, const std::byte* data, size_t size)
-    : path_(std::move(path)), data_(data), size_(size) {}
+MappedFile::MappedFile(std::string path, const std::byte* data, size_t size, MapMode mode)
+    : path_(std::move(path)), data_(data), size_(size), mode_(mode) {}
 
 MappedFile::~MappedFile() {
   if (size_ != 0) ::munmap(const_cast<std::byte*>(data_), size_);
@@ -92,6 +97,10 @@ std::shared_ptr<Storage> MappedFile::storage(size_t offset, size_t len) const {
                                             std::to_string(offset) + ", +" + std::to_string(len) +
                                             ") are outside the file of " + std::to_string(size_) +
                                             " bytes");
+  }
+  if (mode_ == MapMode::CopyOnWrite) {
+    // Mapped with PROT_WRITE (and never the empty file's placeholder: that is ReadOnly).
+    return Storage::wrap_writable(const_cast<std::byte*>(data_) + offset, len, shared_from_this());
   }
   return Storage::wrap(data_ + offset, len, shared_from_this());
 }

@@ -62,7 +62,8 @@ class ZipReader {
   const Entry* find(std::string_view name) const;
   // The record's data, in place. Valid while this reader (or the file Storage) lives.
   std::span<const std::byte> bytes(const Entry& entry) const;
-  // A read-only Storage over the record's data that keeps the file bytes alive (zero-copy).
+  // A Storage over the record's data that keeps the file bytes alive (zero-copy); writable when
+  // the file's Storage is (a copy-on-write mapping), else read-only.
   std::shared_ptr<Storage> storage(const Entry& entry) const;
   // Reads the record and compares its CRC-32 with the directory. Throws Error(CrcMismatch).
   void check_crc(const Entry& entry) const;

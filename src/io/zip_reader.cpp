@@ -387,7 +387,11 @@ std::span<const std::byte> ZipReader::bytes(const Entry& entry) const {
 }
 
 std::shared_ptr<Storage> ZipReader::storage(const Entry& entry) const {
-  return Storage::wrap(file_->data() + entry.data_offset, static_cast<size_t>(entry.size), file_);
+  const auto size = static_cast<size_t>(entry.size);
+  // Writable only over writable bytes (a copy-on-write mapping): as the archive's own storage.
+  if (file_->writable())
+    return Storage::wrap_writable(file_->mutable_data() + entry.data_offset, size, file_);
+  return Storage::wrap(file_->data() + entry.data_offset, size, file_);
 }
 
 void ZipReader::check_crc(const Entry& entry) const {

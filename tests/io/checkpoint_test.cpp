@@ -11,6 +11,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "sharded_dir.hpp"
 
 namespace grouplin {
 namespace {
@@ -117,6 +118,33 @@ TEST_F(CheckpointTest, FailedSaveKeepsTheOldFile) {
   bad.insert("undefined", Tensor());
   EXPECT_THROW(save_checkpoint(path("m.pt"), bad), Error);
   expect_same(load_checkpoint(path("m.pt")).tensors);
+}
+
+// The bytes of the file at `p`.
+std::string file_bytes(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(CheckpointTest, CopyOnWriteTensorsAreWritableAndNeverChangeTheFile) {
+  save_checkpoint(path("m.safetensors"), sd_);
+  save_checkpoint(path("m.pt"), sd_);
+  testing::write_sharded(dir_ / "dir", sd_, {.shards = 2});
+  for (const std::string& p : {path("m.safetensors"), path("m.pt"), path("dir")}) {
+    const std::string shard = p == path("dir") ? path("dir/model-00001-of-00002.safetensors") : p;
+    const std::string before = file_bytes(shard);
+    Checkpoint ro = load_checkpoint(p);
+    EXPECT_FALSE(ro.tensors.at("fc1.weight0").writable()) << p;
+    Checkpoint c = load_checkpoint(p, MapMode::CopyOnWrite);
+    ASSERT_EQ(c.tensors.size(), sd_.size());  // (a directory's in natural key order)
+    for (const auto& [name, t] : sd_) EXPECT_TRUE(t.bit_equal(c.tensors.at(name))) << name;
+    Tensor w = c.tensors.at("fc1.weight0");
+    ASSERT_TRUE(w.writable()) << p;
+    w.mutable_data_as<float>()[0] = 42.0f;
+    EXPECT_EQ(w.data_as<float>()[0], 42.0f);
+    EXPECT_EQ(file_bytes(shard), before) << p;
+    EXPECT_TRUE(sd_.at("fc1.weight0").bit_equal(load_checkpoint(p).tensors.at("fc1.weight0")));
+  }
 }
 
 }  // namespace

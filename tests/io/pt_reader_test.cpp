@@ -76,9 +76,13 @@ TEST(PtReader, ReadsAHandMadeFileZeroCopy) {
   EXPECT_EQ(w.shape(), (Shape{2, 3}));
   EXPECT_EQ(w.dtype(), DType::F32);
   EXPECT_EQ(w.data_as<float>()[5], 5.0f);
-  EXPECT_FALSE(w.writable());
+  EXPECT_TRUE(w.writable());  // as `file` is (a copy-on-write mapping is)
   EXPECT_GE(w.data(), file->data());
   EXPECT_LT(w.data(), file->data() + file->size());
+  // Over read-only bytes (a read-only mapping), read-only views.
+  StateDict ro = parse_pt(Storage::wrap(file->data(), file->size(), file), "t.pt");
+  EXPECT_FALSE(ro.at("w").writable());
+  EXPECT_EQ(ro.at("w").data(), w.data());
 }
 
 TEST(PtReader, RefusesCodeExecutionAndRunsNothing) {

@@ -108,8 +108,11 @@ TEST(ZipReader, ReadsWhatTheWriterWrites) {
   ASSERT_NE(e, nullptr);
   auto s = r.storage(*e);
   EXPECT_EQ(s->data(), file->data() + e->data_offset);
-  EXPECT_FALSE(s->writable());
+  EXPECT_TRUE(s->writable());  // as the file's bytes are (a copy-on-write mapping's are)
   EXPECT_EQ(r.find("arc/missing"), nullptr);
+  // Over read-only bytes (a read-only mapping), records are read-only.
+  ZipReader ro = ZipReader::open(Storage::wrap(file->data(), file->size(), file));
+  EXPECT_FALSE(ro.storage(*ro.find("arc/data/0"))->writable());
 }
 
 TEST(ZipReader, ReadsForcedZip64AndClassicLayouts) {

@@ -1,6 +1,5 @@
 #include "grouplin/bench_baselines.hpp"
 
-#include <cblas.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,14 +11,28 @@
 #include <thread>
 #include <vector>
 
+#include "grouplin/error.hpp"
 #include "kernels/thread_pool.hpp"
 
+#if GROUPLIN_HAVE_OPENBLAS
+#include <cblas.h>
 extern "C" {
 // Declared by OpenBLAS's cblas.h in most versions; repeated so older headers work too.
 void openblas_set_num_threads(int num_threads);
 char* openblas_get_config(void);
 char* openblas_get_corename(void);
 }
+#else
+// Built without OpenBLAS (optional: the Python package's build may lack it). bench then runs no
+// dense or loop baseline (blas_available()), so this stand-in is never reached.
+enum CBLAS_ORDER { CblasRowMajor = 101 };
+enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112 };
+template <class... Args>
+void cblas_sgemm(Args...) {
+  throw grouplin::Error(grouplin::ErrorCode::InvalidArgument,
+                        "bench: this grouplin was built without OpenBLAS (no sgemm baseline)");
+}
+#endif
 
 namespace grouplin::cli::bench {
 namespace {
@@ -190,6 +203,9 @@ void ensure_short_blas_spin() {
 
 void let_blas_threads_sleep() { std::this_thread::sleep_for(std::chrono::milliseconds(3)); }
 
+#if GROUPLIN_HAVE_OPENBLAS
+bool blas_available() { return true; }
+
 void set_threads(int n) {
   openblas_set_num_threads(n);
   kernels::set_num_threads(n);
@@ -200,5 +216,14 @@ const char* blas_description() {
       std::string(openblas_get_config()) + " (core " + openblas_get_corename() + ")";
   return text.c_str();
 }
+#else
+bool blas_available() { return false; }
+
+void set_threads(int n) { kernels::set_num_threads(n); }
+
+const char* blas_description() {
+  return "no OpenBLAS: built without it, so no dense or per-expert loop baseline";
+}
+#endif
 
 }  // namespace grouplin::cli::bench

@@ -38,6 +38,10 @@ void parallel_copy(const std::byte* src, std::byte* dst, size_t bytes);
 void ensure_short_blas_spin();
 void let_blas_threads_sleep();
 
+// Whether this build has OpenBLAS (an optional dependency): without it the dense and loop
+// baselines above must not be called, and bench says they are absent.
+bool blas_available();
+
 // Sets the threads of OpenBLAS (for the baselines) and of the GroupLin kernels.
 void set_threads(int n);
 

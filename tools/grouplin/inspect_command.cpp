@@ -3,7 +3,6 @@
 // documented in docs/cli.md; fields are only ever added.
 #include <cstdio>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,108 +20,6 @@ struct InspectConfig {
   bool json = false;
   std::string rules;
 };
-
-// Version of the --json document; bumped only if a field changes meaning or goes away.
-constexpr int kInspectSchemaVersion = 1;
-
-struct Totals {
-  uint64_t tensor_bytes = 0;
-  uint64_t experts = 0;
-  uint64_t grouped_bytes = 0;
-};
-
-Totals totals_of(const CheckpointSummary& s) {
-  Totals t;
-  for (const auto& [name, tensor] : s.tensors) t.tensor_bytes += tensor.nbytes();
-  for (const GroupedModule& m : s.scan.modules) {
-    t.experts += static_cast<uint64_t>(m.num_experts);
-    for (const std::string& k : m.keys) t.grouped_bytes += s.tensors.at(k).nbytes();
-  }
-  return t;
-}
-
-void print_json(const InspectConfig& c, const CheckpointSummary& s) {
-  using nlohmann::ordered_json;
-  ordered_json doc;
-  doc["schema_version"] = kInspectSchemaVersion;
-  doc["file"] = c.file;
-  doc["format"] = std::string(format_name(s.format));
-  doc["file_bytes"] = s.file_bytes;
-  doc["directory"] = s.directory;
-  if (s.directory) {
-    doc["index_file"] = s.index_file.empty() ? ordered_json(nullptr) : ordered_json(s.index_file);
-    doc["shards"] = s.shards;
-    doc["other_files"] = s.other_files;
-    doc["skipped_files"] = s.skipped_files;
-    doc["model_type"] = s.model_type;
-  }
-  doc["metadata"] = ordered_json::object();
-  for (const auto& [k, v] : s.metadata) doc["metadata"][k] = v;
-  ordered_json tensors = ordered_json::array();
-  for (const auto& [name, t] : s.tensors) {
-    tensors.push_back({{"name", name},
-                       {"dtype", std::string(dtype_name(t.dtype()))},
-                       {"shape", t.shape()},
-                       {"bytes", static_cast<uint64_t>(t.nbytes())}});
-  }
-  doc["tensors"] = std::move(tensors);
-  ordered_json modules = ordered_json::array();
-  for (const GroupedModule& m : s.scan.modules) {
-    ordered_json tensors_of = ordered_json::array();
-    for (const ExpertTensor& t : m.tensors) {
-      tensors_of.push_back({{"name", t.name},
-                            {"layout", std::string(layout_name(t.layout))},
-                            {"expert_shape", t.expert_shape},
-                            {"dtype", std::string(dtype_name(t.dtype))},
-                            {"keys", t.keys},
-                            {"transposed", t.transposed},
-                            {"interleave", t.interleave},
-                            {"folded", t.folded}});
-      if (!t.scale_of.empty()) {
-        tensors_of.back()["scale_of"] = t.scale_of;
-        tensors_of.back()["block"] = t.block;
-      }
-    }
-    modules.push_back(
-        {{"prefix", m.prefix},
-         {"layout", m.mixed ? std::string("mixed") : std::string(layout_name(m.layout))},
-         {"num_experts", m.num_experts},
-         {"out_features", m.out_features},
-         {"in_features", m.in_features},
-         {"bias", m.bias},
-         {"dtype", std::string(dtype_name(m.dtype))},
-         {"bias_dtype",
-          m.bias ? ordered_json(std::string(dtype_name(m.bias_dtype))) : ordered_json(nullptr)},
-         {"keys", m.keys},
-         {"rules", m.rules},
-         {"stacked_only", m.stacked_only},
-         {"tensors", std::move(tensors_of)}});
-  }
-  doc["grouped_modules"] = std::move(modules);
-  ordered_json problems = ordered_json::array();
-  for (const Error& e : s.scan.problems) {
-    problems.push_back(
-        {{"code", std::string(error_code_name(e.code()))}, {"message", e.message()}});
-  }
-  doc["problems"] = std::move(problems);
-  ordered_json warnings = ordered_json::array();
-  for (const Problem& w : s.warnings) {
-    warnings.push_back(
-        {{"code", std::string(error_code_name(w.code))}, {"key", w.key}, {"message", w.message}});
-  }
-  doc["warnings"] = std::move(warnings);
-  const Totals t = totals_of(s);
-  doc["totals"] = {{"tensors", s.tensors.size()},
-                   {"tensor_bytes", t.tensor_bytes},
-                   {"grouped_modules", s.scan.modules.size()},
-                   {"experts", t.experts},
-                   {"grouped_bytes", t.grouped_bytes}};
-  // Pure ASCII (every other character as \uXXXX), so that no name can carry a control or a
-  // direction override to a terminal; bytes that are not UTF-8 (a .pt name may hold a lone
-  // surrogate, a path any byte) become U+FFFD rather than an invalid document.
-  std::cout << doc.dump(2, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace)
-            << "\n";
-}
 
 // "a, b, c" escaped, at most `max` names then "and N more".
 std::string name_list(const std::vector<std::string>& names, size_t max = 8) {
@@ -248,7 +145,7 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
     std::printf("problems (convert refuses a grouped module's; --dtype any):\n");
     for (const Error& e : s.scan.problems) std::printf("  %s\n", e.what());
   }
-  const Totals t = totals_of(s);
+  const CheckpointTotals t = checkpoint_totals(s);
   std::printf("totals: %zu tensors, %s (%llu bytes); %zu grouped modules, %llu experts, %s\n",
               s.tensors.size(), format_bytes(t.tensor_bytes).c_str(),
               static_cast<unsigned long long>(t.tensor_bytes), s.scan.modules.size(),
@@ -258,7 +155,7 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
 void run_inspect(const InspectConfig& c) {
   const CheckpointSummary s = inspect_checkpoint(c.file, rules_from_option(c.rules));
   if (c.json) {
-    print_json(c, s);
+    std::cout << inspect_json(s, c.file) << "\n";
   } else {
     print_text(c, s);
   }

@@ -1,0 +1,182 @@
+"""GroupLin for PyTorch: checkpoints as torch tensors, and GroupedLinear as a torch.nn.Module.
+
+    import grouplin.torch
+    sd = grouplin.torch.load("te_fp8_checkpoint.pt")   # no pickle code runs, whatever the file
+    layer = grouplin.torch.GroupedLinear(num_gemms=8, in_features=512, out_features=1024)
+    y = layer(x, m_splits)                               # trains inside a torch model
+    y.sum().backward()
+
+Tensors cross by DLPack in both directions without a copy.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch as _torch
+
+from . import _core
+from . import Checkpoint, _checkpoint, _path, _rules, PathLike, Rules
+from ._dtypes import to_raw, torch_view
+
+__all__ = ["GroupedLinear", "load"]
+
+
+def load(path: PathLike) -> Checkpoint:
+    """Loads a checkpoint file (safetensors or .pt) or sharded directory as torch tensors.
+
+    Safe for any file: .pt pickles are read by GroupLin's restricted reader (no code from the
+    file runs), which also reads what ``torch.load(weights_only=True)`` refuses or cannot read
+    (TransformerEngine's FP8 tensors, safetensors files, sharded directories). The tensors view
+    a private copy-on-write mapping of the files: no copy at load, and a write into a tensor
+    changes this process's memory, never the file. FP8 tensors are torch's float8 types where
+    torch has them (>= 2.1), else uint8 codes (``Checkpoint.dtypes`` names them).
+    """
+    return _checkpoint(_core.load(_path(path), "torch"), torch_view)
+
+
+class _GroupedLinearFunction(_torch.autograd.Function):
+    """The layer's forward and backward for autograd. The C++ layer keeps the input of its last
+    forward; a backward of an older forward (the module used twice before backward) first runs
+    that forward again, so that every gradient is of its own forward."""
+
+    @staticmethod
+    def forward(ctx: Any, module: "GroupedLinear", m_splits: List[int], x: _torch.Tensor,
+                *params: _torch.Tensor) -> _torch.Tensor:
+        y, token = module._run_forward(x, m_splits)
+        ctx.module = module
+        ctx.m_splits = m_splits
+        ctx.token = token
+        ctx.save_for_backward(x)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: _torch.Tensor) -> Any:
+        (x,) = ctx.saved_tensors
+        dx, grads = ctx.module._run_backward(x, ctx.m_splits, ctx.token, dy)
+        return (None, None, dx, *grads)
+
+
+class GroupedLinear(_torch.nn.Module):
+    """GroupLin's GroupedLinear as a ``torch.nn.Module``: ``layer(x, m_splits)``.
+
+    Its parameters (``weight0`` .. ``weight{N-1}`` and ``bias{i}`` in the per-expert and
+    contiguous layouts, ``weight [N, out, in]`` and ``bias [N, out]`` in the single layout) are
+    torch views of the C++ layer's own memory: torch optimizers update them in place, and
+    ``state_dict()`` has TransformerEngine's names. Gradients reach them through autograd.
+    FP8 weights (``params_dtype="F8_E4M3"``) are buffers, for inference.
+    """
+
+    def __init__(self, num_gemms: int, in_features: int, out_features: int, bias: bool = True,
+                 params_dtype: Any = "F32", weight_layout: Optional[str] = None, seed: int = 0,
+                 activation_dtype: Any = None, bias_layout: Optional[str] = None) -> None:
+        super().__init__()
+        self._core = _core.GroupedLinear(num_gemms, in_features, out_features, bias,
+                                         _dtype_name(params_dtype),
+                                         None if activation_dtype is None
+                                         else _dtype_name(activation_dtype),
+                                         weight_layout, bias_layout, seed, False)
+        self._lock = threading.Lock()
+        self._bind()
+
+    def _dtype_of(self, name: str) -> str:
+        """The GroupLin dtype of the parameter `name` (weights, or biases)."""
+        weight = name.startswith("weight")
+        return self._core.params_dtype if weight else self._core.activation_dtype
+
+    def _bind(self) -> None:
+        """Registers the C++ layer's parameters and buffers as torch views of them."""
+        trainable = self._core.params_dtype != "F8_E4M3"
+        for name, value, _ in self._core.parameters("torch"):
+            value = torch_view(value, self._dtype_of(name))
+            if trainable or not name.startswith("weight"):
+                self.register_parameter(name, _torch.nn.Parameter(value, requires_grad=True))
+            else:
+                self.register_buffer(name, value)
+        for name, dtype, value in self._core.state_dict("", "torch"):
+            if name not in self._parameters and name not in self._buffers:
+                self.register_buffer(name, torch_view(value, dtype))
+
+    num_gemms = property(lambda self: self._core.num_gemms)
+    in_features = property(lambda self: self._core.in_features)
+    out_features = property(lambda self: self._core.out_features)
+    weight_layout = property(lambda self: self._core.weight_layout)
+
+    def _ordered_params(self) -> List[_torch.Tensor]:
+        return [getattr(self, name) for name, _, _ in self._core.parameters("torch")]
+
+    def _run_forward(self, x: _torch.Tensor, m_splits: List[int]) -> Any:
+        array, kind = to_raw(x, "x")
+        with self._lock:
+            y = self._core.forward(array, kind, m_splits, "torch")
+            return y, self._core.forwards
+
+    def _run_backward(self, x: _torch.Tensor, m_splits: List[int], token: int,
+                      dy: _torch.Tensor) -> Any:
+        array, kind = to_raw(dy, "dy")
+        with self._lock:
+            if self._core.forwards != token:  # another forward came since: redo this one
+                x_array, x_kind = to_raw(x, "x")
+                self._core.forward(x_array, x_kind, m_splits, "torch")
+            dx = self._core.backward(array, kind, "torch")
+            grads = []
+            for name, value, grad in self._core.parameters("torch"):
+                param = self._parameters.get(name)
+                if param is None or not param.requires_grad or grad is None:
+                    grads.append(None)
+                else:  # the C++ buffer is rewritten by the next backward: autograd gets a copy
+                    grads.append(grad.clone())
+            return dx, grads
+
+    def forward(self, x: _torch.Tensor, m_splits: Any) -> _torch.Tensor:
+        """y [T, out] for x [T, in] split by m_splits (ints, or a tensor of them)."""
+        splits = [int(m) for m in (m_splits.tolist() if hasattr(m_splits, "tolist")
+                                   else m_splits)]
+        params = self._ordered_params()
+        if _torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+            return _GroupedLinearFunction.apply(self, splits, x, *params)
+        y, _ = self._run_forward(x, splits)
+        return y
+
+    def load_grouplin_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                                 prefix: str = "", rules: Rules = None,
+                                 model_type: str = "") -> Dict[str, Any]:
+        """Loads entries of any layout (per-expert, stacked, a Hugging Face family's names
+        through ``rules``) into this layer's layout, all or nothing; returns GroupLin's report.
+        ``load_state_dict`` (torch's) needs this layer's own names and shapes."""
+        names, arrays, kinds = [], [], []
+        for name, value in state_dict.items():
+            array, kind = to_raw(value, f"tensor {name!r}")
+            names.append(name)
+            arrays.append(array)
+            kinds.append(kind)
+        with self._lock:
+            report = self._core.load_state_dict(names, arrays, kinds, strict, prefix,
+                                                _rules(rules), model_type)
+        with _torch.no_grad():  # where the load gave a parameter new memory, follow it
+            for name, value, _ in self._core.parameters("torch"):
+                current = getattr(self, name)
+                if current.data_ptr() != value.data_ptr():
+                    current.data = torch_view(value, self._dtype_of(name))
+        return report
+
+    def extra_repr(self) -> str:
+        """The sizes and layout, for print(module)."""
+        return (f"num_gemms={self.num_gemms}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, weight_layout={self.weight_layout!r}")
+
+
+def _dtype_name(dtype: Any) -> str:
+    """"F32", "BF16", "F8_E4M3" from those names or from torch dtypes."""
+    if isinstance(dtype, str):
+        return dtype
+    names = {_torch.float32: "F32", _torch.bfloat16: "BF16"}
+    fp8 = getattr(_torch, "float8_e4m3fn", None)
+    if fp8 is not None:
+        names[fp8] = "F8_E4M3"
+    if dtype not in names:
+        from ._errors import make_error
+        raise make_error("UnsupportedDType", f"params_dtype {dtype}: expected torch.float32, "
+                         "torch.bfloat16, torch.float8_e4m3fn or their GroupLin names")
+    return names[dtype]
