@@ -76,6 +76,24 @@ Isa best_isa(const CpuFeatures& f) {
   return Isa::Portable;
 }
 
+// Measured on a Sapphire Rapids (2 cores, 2026-12-02, every kernel set in one session:
+// ../shared/measurements and docs/PERFORMANCE.md), the AVX512-BF16 set's vdpbf16ps pair kernels
+// ran BF16 at 0.45-0.80x the AVX-512F set's widening kernels in all 16 BF16 cases (qwen3-up
+// forward 87 vs 193 GF/s, mixtral-s forward 156 vs 278), and F32 is the same code in both; so a
+// CPU with AVX512_BF16 but no AMX runs the AVX-512F set. (AMX keeps its place: it lost at 32
+// rows per expert but won at 256, 437 vs 278 GF/s forward.)
+Isa preferred_isa(const CpuFeatures& f) {
+  const Isa best = best_isa(f);
+  return best == Isa::Avx512Bf16 ? Isa::Avx512 : best;
+}
+
+Isa capped_isa(const CpuFeatures& f, std::optional<Isa> cap) {
+  if (!cap) return preferred_isa(f);
+  const Isa best = best_isa(f);
+  const Isa isa = *cap < best ? *cap : best;
+  return isa == Isa::Avx512Bf16 && *cap != Isa::Avx512Bf16 ? Isa::Avx512 : isa;
+}
+
 std::string_view isa_name(Isa isa) {
   switch (isa) {
     case Isa::Portable:
@@ -118,9 +136,9 @@ Isa kernel_isa() {
   static const Decision decision = [] {
     Decision d;
     try {
-      const Isa cap = isa_cap_from_environment(std::getenv(kIsaEnv));
-      const Isa cpu = best_isa(detect_cpu());
-      d.isa = cpu < cap ? cpu : cap;
+      const char* value = std::getenv(kIsaEnv);
+      const Isa cap = isa_cap_from_environment(value);
+      d.isa = capped_isa(detect_cpu(), value ? std::optional<Isa>(cap) : std::nullopt);
 #if !defined(__x86_64__)
       d.isa = Isa::Portable;
 #endif

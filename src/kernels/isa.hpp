@@ -29,6 +29,12 @@ struct CpuFeatures {
 CpuFeatures detect_cpu();
 // The most capable set `f` allows.
 Isa best_isa(const CpuFeatures& f);
+// The set the dispatch runs on `f` unless GROUPLIN_ISA says otherwise: best_isa, except that
+// avx512bf16 gives way to avx512 (measured slower on every BF16 case: isa.cpp).
+Isa preferred_isa(const CpuFeatures& f);
+// The set for a CPU offering `f` under GROUPLIN_ISA=`cap` (unset: preferred_isa): the most
+// capable one up to the cap, where avx512bf16 runs only when the cap names it.
+Isa capped_isa(const CpuFeatures& f, std::optional<Isa> cap);
 
 // "portable", "avx2", "avx512", "avx512bf16", "amx".
 std::string_view isa_name(Isa isa);
@@ -38,8 +44,8 @@ std::optional<Isa> isa_from_name(std::string_view name);
 // naming the variable, the value and the accepted names.
 Isa isa_cap_from_environment(const char* value);
 
-// The kernels' instruction set: the most capable set that the CPU and the OS offer and that
-// GROUPLIN_ISA allows; portable in builds for other architectures than x86-64. Every level has
+// The kernels' instruction set: capped_isa of what the CPU and the OS offer and GROUPLIN_ISA;
+// portable in builds for other architectures than x86-64. Every level has
 // its kernel set (micro_kernels.hpp): avx512 runs F32 (and BF16 widened to F32) on AVX-512F,
 // avx512bf16 adds vdpbf16ps for BF16 x BF16 products, amx runs those on the AMX tiles. F32 stays
 // F32 on every level. Decided once per process, at the first call: a GROUPLIN_ISA that
