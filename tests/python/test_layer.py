@@ -184,3 +184,14 @@ def test_one_layer_on_several_threads(rng):
     assert errors == []
     for k in range(8):
         assert got[k].tobytes() == want[k].tobytes()
+
+
+def test_torch_tensors_in_give_torch_tensors_out(rng):
+    import torch
+    layer = grouplin.GroupedLinear(2, 4, 3, seed=1)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    y = layer.forward(torch.from_numpy(x), torch.tensor([1, 2]))
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32
+    np.testing.assert_array_equal(y.numpy(), layer.forward(x, [1, 2]))
+    dx = layer.backward(torch.ones(3, 3))
+    assert isinstance(dx, torch.Tensor) and dx.shape == (3, 4)
