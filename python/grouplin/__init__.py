@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 
 from . import _core
-from ._dtypes import is_torch, numpy_dtype, numpy_view, to_raw, torch_view
+from ._dtypes import is_torch, numpy_dtype, numpy_view, to_raw, to_raw_lists, torch_view
 from ._errors import Error, Problem
 
 __version__: str = _core.__version__
@@ -110,12 +110,7 @@ def save(path: PathLike, tensors: Mapping[str, Any], format: Optional[str] = Non
     code arrays ({"w": "BF16"} for a uint16 array of BF16 bits); ml_dtypes and torch BF16/FP8
     arrays need none. The arrays are read in place (non-contiguous ones copied first).
     """
-    names, arrays, kinds = [], [], []
-    for name, value in tensors.items():
-        array, kind = to_raw(value, f"tensor {name!r}")
-        names.append(name)
-        arrays.append(array)
-        kinds.append((dtypes or {}).get(name, kind))
+    names, arrays, kinds = to_raw_lists(tensors, dtypes)
     _core.save(_path(path), names, arrays, kinds, format, dict(metadata or {}))
 
 
@@ -300,12 +295,7 @@ class GroupedLinear:
         """Loads entries of any layout (per-expert ``weight{i}``, stacked ``weight``, a
         Hugging Face family's names through ``rules``) into this layer's layout, all or
         nothing, copying the values. Returns the report (loaded, missing, unexpected, ...)."""
-        names, arrays, kinds = [], [], []
-        for name, value in state_dict.items():
-            array, kind = to_raw(value, f"tensor {name!r}")
-            names.append(name)
-            arrays.append(array)
-            kinds.append(kind)
+        names, arrays, kinds = to_raw_lists(state_dict)
         return self._core.load_state_dict(names, arrays, kinds, strict, prefix, _rules(rules),
                                           model_type)
 

@@ -108,3 +108,15 @@ def to_raw(value: Any, what: str) -> Tuple[Any, Optional[str]]:
     if name is not None:
         return array.view(_RAW[name]), name
     return array, None
+
+
+def to_raw_lists(tensors: Any, dtypes: Any = None) -> Tuple[list, list, list]:
+    """A mapping of name -> array as the extension takes it: names, raw arrays (to_raw) and
+    their GroupLin dtypes (``dtypes`` names those of raw code arrays; None: as to_raw says)."""
+    names, arrays, kinds = [], [], []
+    for name, value in tensors.items():
+        array, kind = to_raw(value, f"tensor {name!r}")
+        names.append(name)
+        arrays.append(array)
+        kinds.append((dtypes or {}).get(name, kind))
+    return names, arrays, kinds

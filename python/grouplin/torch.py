@@ -18,7 +18,7 @@ import torch as _torch
 
 from . import _core
 from . import Checkpoint, _checkpoint, _path, _rules, PathLike, Rules
-from ._dtypes import to_raw, torch_view
+from ._dtypes import to_raw, to_raw_lists, torch_view
 
 __all__ = ["GroupedLinear", "load"]
 
@@ -145,12 +145,7 @@ class GroupedLinear(_torch.nn.Module):
         """Loads entries of any layout (per-expert, stacked, a Hugging Face family's names
         through ``rules``) into this layer's layout, all or nothing; returns GroupLin's report.
         ``load_state_dict`` (torch's) needs this layer's own names and shapes."""
-        names, arrays, kinds = [], [], []
-        for name, value in state_dict.items():
-            array, kind = to_raw(value, f"tensor {name!r}")
-            names.append(name)
-            arrays.append(array)
-            kinds.append(kind)
+        names, arrays, kinds = to_raw_lists(state_dict)
         with self._lock:
             report = self._core.load_state_dict(names, arrays, kinds, strict, prefix,
                                                 _rules(rules), model_type)

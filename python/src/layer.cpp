@@ -170,52 +170,48 @@ class Layer {
   uint64_t forwards_ = 0;  // forward calls so far: which one backward would differentiate
 };
 
+// Expert i's tensors, each a method taking (i, framework).
+struct ExpertView {
+  const char* name;
+  Tensor (GroupedLinear::*get)(int64_t) const;
+  const char* doc;
+};
+constexpr ExpertView kExpertViews[] = {
+    {"expert_weight", &GroupedLinear::expert_weight, "View of expert i's weight [out, in]."},
+    {"expert_weight_scale", &GroupedLinear::expert_weight_scale,
+     "View of expert i's FP8 block scales, or None."},
+    {"expert_bias", &GroupedLinear::expert_bias, "View of expert i's bias [out], or None."},
+    {"expert_weight_grad", &GroupedLinear::expert_weight_grad,
+     "View of expert i's weight gradient, or None."},
+    {"expert_bias_grad", &GroupedLinear::expert_bias_grad,
+     "View of expert i's bias gradient, or None."},
+};
+
 }  // namespace
 
 void bind_layer(nb::module_& m) {
-  nb::class_<Layer>(m, "GroupedLinear",
-                    "N experts: y_i = x_i W_i^T + b_i over rows split by m_splits.")
-      .def(nb::init<int64_t, int64_t, int64_t, bool, const std::string&,
-                    const std::optional<std::string>&, const std::optional<std::string>&,
-                    const std::optional<std::string>&, uint64_t, bool>(),
-           nb::arg("num_gemms"), nb::arg("in_features"), nb::arg("out_features"), nb::arg("bias"),
-           nb::arg("params_dtype"), nb::arg("activation_dtype").none(),
-           nb::arg("weight_layout").none(), nb::arg("bias_layout").none(), nb::arg("seed"),
-           nb::arg("fuse_wgrad_accumulation"))
+  auto cls = nb::class_<Layer>(m, "GroupedLinear",
+                               "N experts: y_i = x_i W_i^T + b_i over rows split by m_splits.");
+  for (const ExpertView& v : kExpertViews) {
+    const auto get = v.get;
+    cls.def(
+        v.name,
+        [get](Layer& l, int64_t i, const std::string& f) {
+          return l.locked_view([get, i](GroupedLinear& g) { return (g.*get)(i); }, f);
+        },
+        nb::arg("i"), nb::arg("framework"), v.doc);
+  }
+  cls.def(nb::init<int64_t, int64_t, int64_t, bool, const std::string&,
+                   const std::optional<std::string>&, const std::optional<std::string>&,
+                   const std::optional<std::string>&, uint64_t, bool>(),
+          nb::arg("num_gemms"), nb::arg("in_features"), nb::arg("out_features"), nb::arg("bias"),
+          nb::arg("params_dtype"), nb::arg("activation_dtype").none(),
+          nb::arg("weight_layout").none(), nb::arg("bias_layout").none(), nb::arg("seed"),
+          nb::arg("fuse_wgrad_accumulation"))
       .def("forward", &Layer::forward, nb::arg("x"), nb::arg("dtype").none(), nb::arg("m_splits"),
            nb::arg("framework"), "y [T, out] for x [T, in]; keeps x for backward.")
       .def("backward", &Layer::backward, nb::arg("dy"), nb::arg("dtype").none(),
            nb::arg("framework"), "dx [T, in] for dy [T, out]; fills the gradients.")
-      .def(
-          "expert_weight",
-          [](Layer& l, int64_t i, const std::string& f) {
-            return l.locked_view([i](GroupedLinear& g) { return g.expert_weight(i); }, f);
-          },
-          nb::arg("i"), nb::arg("framework"), "View of expert i's weight [out, in].")
-      .def(
-          "expert_weight_scale",
-          [](Layer& l, int64_t i, const std::string& f) {
-            return l.locked_view([i](GroupedLinear& g) { return g.expert_weight_scale(i); }, f);
-          },
-          nb::arg("i"), nb::arg("framework"), "View of expert i's FP8 block scales, or None.")
-      .def(
-          "expert_bias",
-          [](Layer& l, int64_t i, const std::string& f) {
-            return l.locked_view([i](GroupedLinear& g) { return g.expert_bias(i); }, f);
-          },
-          nb::arg("i"), nb::arg("framework"), "View of expert i's bias [out], or None.")
-      .def(
-          "expert_weight_grad",
-          [](Layer& l, int64_t i, const std::string& f) {
-            return l.locked_view([i](GroupedLinear& g) { return g.expert_weight_grad(i); }, f);
-          },
-          nb::arg("i"), nb::arg("framework"), "View of expert i's weight gradient, or None.")
-      .def(
-          "expert_bias_grad",
-          [](Layer& l, int64_t i, const std::string& f) {
-            return l.locked_view([i](GroupedLinear& g) { return g.expert_bias_grad(i); }, f);
-          },
-          nb::arg("i"), nb::arg("framework"), "View of expert i's bias gradient, or None.")
       .def("parameters", &Layer::parameters, nb::arg("framework"),
            "[(name, value view, grad view or None)] in registration order.")
       .def("state_dict", &Layer::state_dict, nb::arg("prefix"), nb::arg("framework"),

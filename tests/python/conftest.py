@@ -2,7 +2,6 @@
 installed into a fresh virtual environment; see tests/python/run.sh)."""
 
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -41,9 +40,11 @@ def rng():
 
 @pytest.fixture
 def cli():
-    """The grouplin command installed with the package."""
-    path = shutil.which("grouplin", path=os.path.dirname(sys.executable)) or shutil.which("grouplin")
-    assert path, "the grouplin command was not installed with the package"
+    """The grouplin command installed with the package, beside the interpreter (GROUPLIN_CLI
+    names another, for runs against a development build)."""
+    path = os.environ.get("GROUPLIN_CLI") or os.path.join(os.path.dirname(sys.executable),
+                                                          "grouplin")
+    assert os.access(path, os.X_OK), f"the grouplin command was not installed with the package: {path}"
     return path
 
 
