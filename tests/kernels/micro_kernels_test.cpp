@@ -356,5 +356,42 @@ TEST_F(MicroKernelsTest, FmaRowsWritesOnlyItsColumns) {
   }
 }
 
+// fma_rows_fp8 gives fma_rows' bits on the decoded values (code x its block's scale) wherever
+// its rows and columns start and end in the scale blocks, for 1-5 rows of c (the unrolled counts
+// and the general loop), with ragged columns and NaN codes.
+TEST_F(MicroKernelsTest, FmaRowsFp8EqualsFmaRowsOnDecodedValues) {
+  const MicroKernels& mk = micro_kernels();
+  if (mk.fma_rows_fp8 == nullptr) GTEST_SKIP() << mk.name << " decodes FP8 while packing";
+  constexpr int64_t kRows = 300, kLd = 304;  // 300 x 300 codes: 3 x 3 scale blocks
+  std::vector<uint8_t> codes(static_cast<size_t>(kRows * kLd));
+  std::mt19937 gen(7);
+  for (uint8_t& c : codes) c = static_cast<uint8_t>(gen());
+  const std::vector<float> scales = {0.5f, 0.25f, 2.0f, 0.125f, 1.0f, 4.0f, 0.75f, 3.0f, 1.5f};
+  for (const auto& [row0, depth] :
+       {std::pair<int64_t, int64_t>{0, 16}, {2, 13}, {125, 9}, {126, 40}, {254, 3}}) {
+    for (const auto& [col0, cols] : {std::pair<int64_t, int64_t>{0, 45}, {120, 17}, {8, 256}}) {
+      for (int64_t rows = 1; rows <= 5; ++rows) {
+        // The decoded values of b's rows [row0, row0 + depth), columns [col0, col0 + cols).
+        std::vector<float> decoded(static_cast<size_t>(depth * cols));
+        for (int64_t p = 0; p < depth; ++p) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const int64_t r = row0 + p, k = col0 + j;
+            decoded[static_cast<size_t>(p * cols + j)] =
+                f8e4m3_to_f32(codes[static_cast<size_t>(r * kLd + k)]) *
+                scales[static_cast<size_t>((r / 128) * 3 + k / 128)];
+          }
+        }
+        const std::vector<float> a = random_floats(static_cast<size_t>(rows * depth), 11);
+        std::vector<float> want(static_cast<size_t>(rows * 320), 1.5f), got = want;
+        mk.fma_rows(rows, depth, a.data(), depth, decoded.data(), cols, cols, want.data(), 320);
+        const Fp8Operand b{codes.data() + row0 * kLd + col0, kLd, scales.data(), 3, row0, col0};
+        mk.fma_rows_fp8(rows, depth, a.data(), depth, b, cols, got.data(), 320);
+        EXPECT_TRUE(same_bits(got, want)) << mk.name << " rows " << rows << " from b row " << row0
+                                          << " x " << depth << ", column " << col0 << " x " << cols;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace grouplin::kernels
