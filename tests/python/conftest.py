@@ -3,6 +3,7 @@ installed into a fresh virtual environment; see tests/python/run.sh)."""
 
 import os
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -58,3 +59,21 @@ def te_checkpoint(rng, experts=4, out_features=6, in_features=5, dtype=np.float3
         if bias:
             sd[f"{prefix}bias{i}"] = rng.standard_normal(out_features).astype(dtype)
     return sd
+
+
+def run_on_threads(work, count):
+    """work(k) for k < count, each on its own thread, all at once; returns what they raised."""
+    errors = []
+
+    def run(k):
+        try:
+            work(k)
+        except Exception as e:  # noqa: BLE001 (returned to the test, which asserts on it)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -6,7 +6,6 @@ import os
 import pickle
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import safetensors.numpy
 import torch
 
 import grouplin
-from conftest import ROOT, address_of, inside, mapped_ranges, te_checkpoint
+from conftest import ROOT, address_of, inside, mapped_ranges, run_on_threads, te_checkpoint
 
 
 def test_load_gives_read_only_views_of_the_mapping(tmp_path, rng):
@@ -237,23 +236,15 @@ def test_every_error_code_reaches_python_by_name():
 def test_free_functions_run_on_several_threads(tmp_path, rng):
     sd = te_checkpoint(rng, experts=8, out_features=64, in_features=64)
     grouplin.save(tmp_path / "m.safetensors", sd)
-    errors, results = [], {}
+    results = {}
 
     def work(k):
-        try:
-            out = tmp_path / f"o{k}.{'pt' if k % 2 else 'safetensors'}"
-            grouplin.convert(tmp_path / "m.safetensors", out, layout="single")
-            results[k] = (grouplin.verify(tmp_path / "m.safetensors", out, rules="te").same,
-                          grouplin.load(out)["layers.0.experts.weight"].sum())
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        out = tmp_path / f"o{k}.{'pt' if k % 2 else 'safetensors'}"
+        grouplin.convert(tmp_path / "m.safetensors", out, layout="single")
+        results[k] = (grouplin.verify(tmp_path / "m.safetensors", out, rules="te").same,
+                      grouplin.load(out)["layers.0.experts.weight"].sum())
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_on_threads(work, 6) == []
     assert len({r for r in results.values()}) == 1 and all(r[0] for r in results.values())
 
 

@@ -1,13 +1,12 @@
 """grouplin.GroupedLinear on NumPy arrays: values, layouts, views, lifetimes, errors, threads."""
 
 import gc
-import threading
 
 import numpy as np
 import pytest
 
 import grouplin
-from conftest import address_of
+from conftest import address_of, run_on_threads
 
 LAYOUTS = ["per-expert", "contiguous", "single"]
 
@@ -166,22 +165,14 @@ def test_one_layer_on_several_threads(rng):
     layer = grouplin.GroupedLinear(4, 64, 64, seed=5)
     xs = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(8)]
     want = [layer.forward(x, [8, 8, 8, 8]).copy() for x in xs]
-    got, errors = {}, []
+    got = {}
 
     def work(k):
-        try:
-            for _ in range(20):
-                got[k] = layer.forward(xs[k], [8, 8, 8, 8])
-                layer.backward(np.ones((32, 64), np.float32))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        for _ in range(20):
+            got[k] = layer.forward(xs[k], [8, 8, 8, 8])
+            layer.backward(np.ones((32, 64), np.float32))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_on_threads(work, 8) == []
     for k in range(8):
         assert got[k].tobytes() == want[k].tobytes()
 
