@@ -183,3 +183,22 @@ def test_cuda_or_bad_tensors_raise_not_crash():
         layer(torch.zeros(4, 4), [3, 3])
     y = layer(torch.zeros(8, 8)[:, ::2].t().contiguous().t()[:4], [2, 2])  # odd strides: copied
     assert y.shape == (4, 4)
+
+
+def test_fp8_weights_are_buffers_and_inputs_still_get_gradients():
+    import ml_dtypes
+    layer = gtorch.GroupedLinear(2, 128, 64, params_dtype="F8_E4M3", activation_dtype="F32")
+    assert [n for n, _ in layer.named_parameters()] == ["bias0", "bias1"]
+    assert {"weight0", "weight1", "weight0_scale_inv"} <= {n for n, _ in layer.named_buffers()}
+    x = torch.randn(3, 128, requires_grad=True)
+    layer(x, [1, 2]).sum().backward()
+    # dx of a sum: each row's expert's dequantized weights (code x scale) summed over outputs.
+    values = []
+    for i in range(2):
+        codes = getattr(layer, f"weight{i}").view(torch.uint8).numpy()
+        scale = getattr(layer, f"weight{i}_scale_inv").numpy()
+        values.append(codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * scale[0, 0])
+    want = np.stack([values[0].sum(0), values[1].sum(0), values[1].sum(0)])
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.bias0.grad, torch.ones(64))
+    torch.testing.assert_close(layer.bias1.grad, torch.full((64,), 2.0))
