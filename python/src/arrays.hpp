@@ -16,8 +16,8 @@ namespace grouplin::python {
 namespace nb = nanobind;
 
 // Any C-contiguous CPU array, writable or not (GroupLin only reads the arrays it is given).
-// Non-contiguous arrays are refused by the binding (TypeError); the Python layer makes them
-// contiguous first.
+// A non-contiguous array is copied to a contiguous one by nanobind on the way in (the Python layer
+// makes its arguments contiguous first anyway): never read with the wrong strides.
 using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
 // Which array type a result is: numpy.ndarray or torch.Tensor.
