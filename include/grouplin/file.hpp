@@ -40,7 +40,6 @@ class MappedFile : public std::enable_shared_from_this<MappedFile> {
   size_t size() const { return size_; }
   // Read-ahead hint for [offset, offset + len) (clamped to the file).
   void will_need(size_t offset, size_t len) const;
-  MapMode mode() const { return mode_; }
   // Storage over [offset, offset + len) that keeps this mapping alive: read-only, or writable
   // for a CopyOnWrite mapping. Throws Error(OutOfBounds) if the range is outside the file.
   std::shared_ptr<Storage> storage(size_t offset, size_t len) const;

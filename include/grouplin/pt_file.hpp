@@ -36,11 +36,13 @@ struct PtReadOptions {
   std::vector<Problem>* notes = nullptr;
 };
 
-// Maps `path` read-only and returns its state dict in the file's order. Tensors are read-only
-// views into the mapping (which they keep alive) when their record is aligned for their dtype,
-// and non-contiguous tensors (e.g. a saved transpose) are copied to row-major heap tensors.
+// Maps `path` (read-only, or copy-on-write with `mode`: MapMode) and returns its state dict in
+// the file's order. Tensors are views into the mapping (which they keep alive; writable only for
+// CopyOnWrite) when their record is aligned for their dtype, and non-contiguous tensors (e.g. a
+// saved transpose) are copied to row-major heap tensors.
 // Throws Error(IoError) if the file cannot be mapped, and the errors of parse_pt.
-StateDict load_pt(const std::string& path, const PtReadOptions& options = {});
+StateDict load_pt(const std::string& path, const PtReadOptions& options = {},
+                  MapMode mode = MapMode::ReadOnly);
 
 // Same checks and result as load_pt on bytes already in memory (`bytes` is kept alive by the
 // returned tensors, which view it: writable only if `bytes` is, as safetensors' parse is).

@@ -114,11 +114,12 @@ SafetensorsLayout parse_safetensors_layout(std::span<const std::byte> file,
 SafetensorsFile parse_safetensors(std::shared_ptr<Storage> bytes,
                                   const std::string& name_for_errors);
 
-// Maps `path` read-only and parses it as parse_safetensors does. The tensors are read-only
-// views of the mapping and keep it alive (the file may be renamed over or deleted meanwhile);
+// Maps `path` (read-only, or copy-on-write with `mode`: MapMode) and parses it as
+// parse_safetensors does. The tensors are views of the mapping (read-only, or writable without a
+// write reaching the file) and keep it alive (the file may be renamed over or deleted meanwhile);
 // reading starts in the background (MappedFile::will_need on the data buffer).
 // Throws Error(IoError) if the file cannot be opened or mapped, else as parse_safetensors.
-SafetensorsFile load_safetensors(const std::string& path);
+SafetensorsFile load_safetensors(const std::string& path, MapMode mode = MapMode::ReadOnly);
 
 // Writes `tensors` and `metadata` in safetensors format to `sink`, byte-identical to what the
 // reference implementation writes for the same input when metadata has at most one key:

@@ -82,20 +82,10 @@ Checkpoint load_checkpoint(const std::string& path, MapMode mode) {
     return c;
   }
   c.format = detect_format(path);
-  if (mode == MapMode::CopyOnWrite) {
-    std::shared_ptr<MappedFile> file = MappedFile::open(path, mode);
-    std::shared_ptr<Storage> bytes = file->storage(0, file->size());
-    if (c.format == CheckpointFormat::Pt) {
-      c.tensors = parse_pt(std::move(bytes), path);
-    } else {
-      SafetensorsFile f = parse_safetensors(std::move(bytes), path);
-      c.tensors = std::move(f.tensors);
-      c.metadata = std::move(f.metadata);
-    }
-  } else if (c.format == CheckpointFormat::Pt) {
-    c.tensors = load_pt(path);
+  if (c.format == CheckpointFormat::Pt) {
+    c.tensors = load_pt(path, {}, mode);
   } else {
-    SafetensorsFile f = load_safetensors(path);
+    SafetensorsFile f = load_safetensors(path, mode);
     c.tensors = std::move(f.tensors);
     c.metadata = std::move(f.metadata);
   }

@@ -171,8 +171,8 @@ StateDict parse_pt(std::shared_ptr<Storage> bytes, const std::string& name_for_e
   }
 }
 
-StateDict load_pt(const std::string& path, const PtReadOptions& options) {
-  std::shared_ptr<MappedFile> file = MappedFile::open(path);
+StateDict load_pt(const std::string& path, const PtReadOptions& options, MapMode mode) {
+  std::shared_ptr<MappedFile> file = MappedFile::open(path, mode);
   return parse_pt(file->storage(0, file->size()), path, options);
 }
 

@@ -61,8 +61,8 @@ SafetensorsFile parse_safetensors(std::shared_ptr<Storage> bytes,
   return file;
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  std::shared_ptr<MappedFile> mapped = MappedFile::open(path);
+SafetensorsFile load_safetensors(const std::string& path, MapMode mode) {
+  std::shared_ptr<MappedFile> mapped = MappedFile::open(path, mode);
   SafetensorsFile file = parse_safetensors(mapped->storage(0, mapped->size()), path);
   // Valid, so the header length is in bounds. Start reading the tensors in the background.
   size_t data_offset = 8 + load_le64(mapped->data());
