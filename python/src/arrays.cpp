@@ -10,83 +10,58 @@ namespace {
 
 using nb::dlpack::dtype_code;
 
+// Each GroupLin dtype's own DLPack type: what arrays of it are read as (dtype_of), and what they
+// are handed out as, but where a framework lacks the type (exported_dtype).
+struct DlpackType {
+  DType dtype;
+  dtype_code code;
+  uint8_t bits;
+};
+constexpr DlpackType kDlpackTypes[] = {
+    {DType::F32, dtype_code::Float, 32},
+    {DType::F16, dtype_code::Float, 16},
+    {DType::F64, dtype_code::Float, 64},
+    {DType::BF16, dtype_code::Bfloat, 16},
+    {DType::F8_E4M3, dtype_code::Float8_E4M3FN, 8},
+    {DType::F8_E5M2, dtype_code::Float8_E5M2, 8},
+    {DType::F8_E8M0, dtype_code::Float8_E8M0FNU, 8},
+    {DType::BOOL, dtype_code::Bool, 8},
+    {DType::I8, dtype_code::Int, 8},
+    {DType::I16, dtype_code::Int, 16},
+    {DType::I32, dtype_code::Int, 32},
+    {DType::I64, dtype_code::Int, 64},
+    {DType::U8, dtype_code::UInt, 8},
+    {DType::U16, dtype_code::UInt, 16},
+    {DType::U32, dtype_code::UInt, 32},
+    {DType::U64, dtype_code::UInt, 64},
+};
+
 // GroupLin's dtype of a DLPack dtype; nullopt when GroupLin has none.
 std::optional<DType> dtype_of(nb::dlpack::dtype d) {
   if (d.lanes != 1) return std::nullopt;
-  switch (static_cast<dtype_code>(d.code)) {
-    case dtype_code::Float:
-      if (d.bits == 16) return DType::F16;
-      if (d.bits == 32) return DType::F32;
-      if (d.bits == 64) return DType::F64;
-      return std::nullopt;
-    case dtype_code::Bfloat:
-      return d.bits == 16 ? std::optional(DType::BF16) : std::nullopt;
-    case dtype_code::Bool:
-      return d.bits == 8 ? std::optional(DType::BOOL) : std::nullopt;
-    case dtype_code::Int:
-      if (d.bits == 8) return DType::I8;
-      if (d.bits == 16) return DType::I16;
-      if (d.bits == 32) return DType::I32;
-      if (d.bits == 64) return DType::I64;
-      return std::nullopt;
-    case dtype_code::UInt:
-      if (d.bits == 8) return DType::U8;
-      if (d.bits == 16) return DType::U16;
-      if (d.bits == 32) return DType::U32;
-      if (d.bits == 64) return DType::U64;
-      return std::nullopt;
-    case dtype_code::Float8_E4M3FN:
-      return DType::F8_E4M3;
-    case dtype_code::Float8_E5M2:
-      return DType::F8_E5M2;
-    case dtype_code::Float8_E8M0FNU:
-      return DType::F8_E8M0;
-    default:
-      return std::nullopt;
+  for (const DlpackType& t : kDlpackTypes) {
+    if (static_cast<uint8_t>(t.code) == d.code && t.bits == d.bits) return t.dtype;
   }
+  return std::nullopt;
 }
 
-nb::dlpack::dtype dlpack(dtype_code code, int bits) {
-  nb::dlpack::dtype d;
-  d.code = static_cast<uint8_t>(code);
-  d.bits = static_cast<uint8_t>(bits);
-  d.lanes = 1;
-  return d;
-}
-
-// The DLPack dtype a tensor of `t` is handed out as (see array_from_tensor).
+// The DLPack dtype a tensor of `t` is handed out as (see array_from_tensor): its own, but FP8 as
+// uint8 codes (NumPy has no FP8; torch 1.13 neither), BF16 as uint16 codes for NumPy, and U16..U64
+// as the signed type of their width for torch (1.13 has none of them).
 nb::dlpack::dtype exported_dtype(DType t, Framework f) {
-  const bool torch = f == Framework::Torch;
-  switch (t) {
-    case DType::F32:
-      return dlpack(dtype_code::Float, 32);
-    case DType::F16:
-      return dlpack(dtype_code::Float, 16);
-    case DType::F64:
-      return dlpack(dtype_code::Float, 64);
-    case DType::BF16:
-      return torch ? dlpack(dtype_code::Bfloat, 16) : dlpack(dtype_code::UInt, 16);
-    case DType::F8_E4M3:
-    case DType::F8_E5M2:
-    case DType::F8_E8M0:
-    case DType::U8:
-      return dlpack(dtype_code::UInt, 8);
-    case DType::BOOL:
-      return dlpack(dtype_code::Bool, 8);
-    case DType::I8:
-      return dlpack(dtype_code::Int, 8);
-    case DType::I16:
-      return dlpack(dtype_code::Int, 16);
-    case DType::I32:
-      return dlpack(dtype_code::Int, 32);
-    case DType::I64:
-      return dlpack(dtype_code::Int, 64);
-    case DType::U16:
-      return dlpack(torch ? dtype_code::Int : dtype_code::UInt, 16);
-    case DType::U32:
-      return dlpack(torch ? dtype_code::Int : dtype_code::UInt, 32);
-    case DType::U64:
-      return dlpack(torch ? dtype_code::Int : dtype_code::UInt, 64);
+  for (const DlpackType& e : kDlpackTypes) {
+    if (e.dtype != t) continue;
+    nb::dlpack::dtype d;
+    d.code = static_cast<uint8_t>(e.code);
+    d.bits = e.bits;
+    d.lanes = 1;
+    const bool fp8 = t == DType::F8_E4M3 || t == DType::F8_E5M2 || t == DType::F8_E8M0;
+    if (fp8 || (t == DType::BF16 && f == Framework::NumPy))
+      d.code = static_cast<uint8_t>(dtype_code::UInt);
+    if (e.code == dtype_code::UInt && e.bits > 8 && f == Framework::Torch) {
+      d.code = static_cast<uint8_t>(dtype_code::Int);
+    }
+    return d;
   }
   throw Error(ErrorCode::UnsupportedDType, "no array dtype for " + std::string(dtype_name(t)));
 }
