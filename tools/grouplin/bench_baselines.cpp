@@ -182,7 +182,8 @@ void parallel_copy(const std::byte* src, std::byte* dst, size_t bytes) {
 }
 
 void ensure_short_blas_spin() {
-  if (std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr) return;
+  // Without OpenBLAS there is no spin to shorten, and no reason to start the process again.
+  if (!blas_available() || std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr) return;
   std::string cmdline;
   if (FILE* f = std::fopen("/proc/self/cmdline", "rb")) {
     char buf[4096];
