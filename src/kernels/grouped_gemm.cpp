@@ -102,6 +102,7 @@ void run_plan(const TilePlan& plan, size_t scratch_floats, const Compute& comput
   scratch_floats = (scratch_floats + 15) / 16 * 16;
   float* base = calling_thread_scratch(static_cast<size_t>(workers) * scratch_floats);
   std::atomic<size_t> next{0};
+  void (*const release)() = micro_kernels().pair_release;
   run_tasks(static_cast<size_t>(workers), workers, [&](size_t, int worker) {
     float* mine = base + static_cast<size_t>(worker) * scratch_floats;
     size_t current = next.fetch_add(1, std::memory_order_relaxed);
@@ -115,6 +116,8 @@ void run_plan(const TilePlan& plan, size_t scratch_floats, const Compute& comput
       compute(plan.tiles[current], after < count ? &plan.tiles[after] : nullptr, mine);
       current = after < count ? after : next.fetch_add(1, std::memory_order_relaxed);
     }
+    // What the pair kernels keep between tiles (the AMX configuration) ends with the call.
+    if (release != nullptr) release();
   });
 }
 

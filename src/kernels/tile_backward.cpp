@@ -79,8 +79,8 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
                   micro_kernels().pair_tile != nullptr)) {
     const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
     pair_product(t.rows, t.cols, args.out_features, args.dy, t.row0, acc.c, acc.ldc, s,
-                 [&](int64_t p0, int64_t kc, uint32_t* b) {
-                   pack_pairs_rows(w, p0, kc, t.col0, t.cols, b);
+                 [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+                   pack_pairs_rows(w, p0, kc, t.col0 + c0, ncols, b);
                  });
     store_rows(acc, t, args.dx, t.row0, t.col0);
     return;

@@ -95,8 +95,9 @@ inline constexpr int64_t kDirectMaxRows = 4;
 inline constexpr int64_t kDirectMaxDepth = 4;
 
 // BF16 x BF16 products (x or dy and the weights all BF16) on a kernel set with pair kernels
-// (AVX512-BF16, AMX: MicroKernels::pair_tile) run on them, the operands kept BF16, in depth blocks
-// of kOuterDepth (a multiple of 2 * kPairGroup, so that blocking never splits a pair group):
+// (AVX512-BF16, AMX: MicroKernels::pair_tile, pair_block) run on them, the operands kept BF16,
+// in depth blocks of kOuterDepth (a multiple of 2 * kPairGroup, so that blocking never splits a
+// pair group) or, on AMX, the whole depth at once (pair_product in tile_products.hpp):
 // forward for experts with more rows than forward_dots takes, dgrad for experts with more than
 // kDirectMaxRows rows (the fewer-row paths are memory-bound and stay widened). Decided by the
 // expert's row count, never the tile's, so the tiling does not change which chain a row gets.

@@ -104,8 +104,15 @@ void store_rows(const Accumulator& acc, const Tile& t, const MutableMatrixRef& o
   if (stream) stream_fence();
 }
 
+int64_t pair_block_floats(int64_t depth) {
+  const MicroKernels& mk = micro_kernels();
+  return mk.pair_block != nullptr ? mk.pair_strips * pair_panel_dwords(depth) : 0;
+}
+
 size_t scratch_floats(const TilePlan& plan) {
-  return static_cast<size_t>(sizes_for(plan.max_rows, plan.max_cols).total());
+  ScratchSizes s = sizes_for(plan.max_rows, plan.max_cols);
+  s.b = std::max(s.b, round_up(pair_block_floats(plan.max_depth), kAlignFloats));
+  return static_cast<size_t>(s.total());
 }
 
 }  // namespace grouplin::kernels

@@ -40,7 +40,10 @@ struct ScratchSizes {
 
 // The scratch pieces for a tile of rows x cols (their sum is what scratch_floats reserves).
 ScratchSizes sizes_for(int64_t rows, int64_t cols);
-// Tile t's pieces, laid out from `base`.
+// Floats of pair panels pair_product packs at once for `depth` on the current set (0 without
+// pair_block): the b piece is at least this large.
+int64_t pair_block_floats(int64_t depth);
+// Tile t's pieces, laid out from `base` (b last: scratch_floats sizes it for the whole plan).
 Scratch split_scratch(const Tile& t, float* base);
 
 // Where a tile's F32 sums accumulate: in place in an F32 output, else in the scratch tile.
@@ -167,27 +170,43 @@ void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t 
 }
 
 // c[rows x cols] (ldc: cols rounded up to 16, scratch) = A · B over `depth` on the pair kernels:
-// A is BF16 rows of `a` from row a_row0 read in place, B packed per depth block of kOuterDepth
-// into pair panels by pack_b(p0, kc, panels). Strip groups outside, row groups inside: a group's
-// B panels (AVX512-BF16: 4 strips, 32 KiB at kc = 256) stay in L1 while every row group of the
-// tile passes over them. Whole 16-column strips are computed (the panels are zero-padded), which
-// the scratch's padded rows have room for.
+// A is BF16 rows of `a` from row a_row0 read in place, B packed into pair panels by
+// pack_b(p0, kc, c0, ncols, panels) (depths [p0, p0 + kc), the tile's columns [c0, c0 + ncols)).
+// Whole 16-column strips are computed (the panels are zero-padded), which the scratch's padded
+// rows have room for.
+// - Sets with pair_block (AMX): per group of pair_strips strips, B packed for the whole depth
+//   once, then every row of the tile in one call that keeps its sums in the matrix engine from
+//   the first depth to the last (pair_block_floats of scratch: 2 strips x 2048 depths, 128 KiB).
+// - Others (AVX512-BF16): depth blocks of kOuterDepth outside, strip groups, then row groups
+//   inside: a group's B panels (4 strips, 32 KiB at kc = 256) stay in L1 while every row group
+//   of the tile passes over them.
+// Both give the same bits (the chains depend only on the depth: micro_kernels.hpp).
 template <class PackB>
 void pair_product(int64_t rows, int64_t cols, int64_t depth, const MatrixRef& a, int64_t a_row0,
                   float* c, int64_t ldc, const Scratch& s, const PackB& pack_b) {
   const MicroKernels& mk = micro_kernels();
   auto* panels = reinterpret_cast<uint32_t*>(s.b);
   const int64_t strips = (cols + kOuterCols - 1) / kOuterCols;
+  const auto* a0 = reinterpret_cast<const uint16_t*>(element(a, a_row0, 0));
+  if (mk.pair_block != nullptr) {
+    const int64_t b_strip = pair_panel_dwords(depth);
+    for (int64_t j = 0; j < strips; j += mk.pair_strips) {
+      const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
+      const int64_t c0 = j * kOuterCols;
+      pack_b(0, depth, c0, std::min<int64_t>(ns * kOuterCols, cols - c0), panels);
+      mk.pair_block(rows, ns, depth, a0, a.ld, panels, b_strip, c + c0, ldc);
+    }
+    return;
+  }
   for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
     const int64_t kc = std::min(kOuterDepth, depth - p0);
     const int64_t b_strip = pair_panel_dwords(kc);
-    pack_b(p0, kc, panels);
+    pack_b(p0, kc, 0, cols, panels);
     for (int64_t j = 0; j < strips; j += mk.pair_strips) {
       const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
       for (int64_t i = 0; i < rows; i += mk.pair_rows) {
         const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
-        const auto* ai = reinterpret_cast<const uint16_t*>(element(a, a_row0 + i, p0));
-        mk.pair_tile(h, ns, kc, ai, a.ld, panels + j * b_strip, b_strip,
+        mk.pair_tile(h, ns, kc, a0 + i * a.ld + p0, a.ld, panels + j * b_strip, b_strip,
                      c + i * ldc + j * kOuterCols, ldc, p0 > 0);
       }
     }

@@ -10,8 +10,13 @@
 // Intrinsics Guide describes a single sequential sum instead; the hardware's internal order is
 // not documented further, so the native tests hold AMX results to the double-precision reference
 // with tolerances, and only these emulated ones to a bit-exact model of this semantics.)
+//
+// It also counts every tile instruction, over all threads (tile_counts()), so that a test can
+// hold the kernel to its instruction budget on any machine: how many TDPBF16PS each
+// configuration load, sum load and store, and release carries.
 #pragma once
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +33,22 @@ struct EmulatedTiles {
   uint16_t colsb[8] = {};
   alignas(64) uint8_t data[8][16][64] = {};
 };
+
+// Tile instructions executed since the last reset, all threads together; loads and stores per
+// tile register.
+struct TileCounts {
+  std::atomic<int64_t> configs{0}, releases{0}, zeros{0}, products{0};
+  std::atomic<int64_t> loads[8] = {}, stores[8] = {};
+  void reset() {
+    configs = releases = zeros = products = 0;
+    for (int t = 0; t < 8; ++t) loads[t] = stores[t] = 0;
+  }
+};
+
+inline TileCounts& tile_counts() {
+  static TileCounts counts;
+  return counts;
+}
 
 inline EmulatedTiles& emulated_tiles() {
   thread_local EmulatedTiles tiles;
@@ -53,23 +74,31 @@ inline void emulated_tile_loadconfig(const void* config) {
   if (bytes[0] != 1) amx_fault("palette is not 1", -1);
   if (bytes[1] != 0) amx_fault("start_row is not 0", -1);
   s = EmulatedTiles{};
+  ++tile_counts().configs;
   for (int t = 0; t < 8; ++t) {
     std::memcpy(&s.colsb[t], bytes + 16 + 2 * t, 2);
     s.rows[t] = bytes[48 + t];
     if (s.rows[t] > 16 || s.colsb[t] > 64 || s.colsb[t] % 4 != 0) amx_fault("bad tile shape", t);
+    // An unused tile has both zero (LDTILECFG's operand description).
+    if ((s.rows[t] == 0) != (s.colsb[t] == 0)) amx_fault("tile with rows or colsb zero", t);
   }
   s.configured = true;
 }
 
-inline void emulated_tile_release() { emulated_tiles() = EmulatedTiles{}; }
+inline void emulated_tile_release() {
+  ++tile_counts().releases;
+  emulated_tiles() = EmulatedTiles{};
+}
 
 inline void emulated_tile_zero(int t) {
   check_tile(t);
+  ++tile_counts().zeros;
   std::memset(emulated_tiles().data[t], 0, sizeof emulated_tiles().data[t]);
 }
 
 inline void emulated_tile_loadd(int t, const void* base, int64_t stride) {
   check_tile(t);
+  ++tile_counts().loads[t];
   EmulatedTiles& s = emulated_tiles();
   std::memset(s.data[t], 0, sizeof s.data[t]);
   for (int r = 0; r < s.rows[t]; ++r)
@@ -78,6 +107,7 @@ inline void emulated_tile_loadd(int t, const void* base, int64_t stride) {
 
 inline void emulated_tile_stored(int t, void* base, int64_t stride) {
   check_tile(t);
+  ++tile_counts().stores[t];
   const EmulatedTiles& s = emulated_tiles();
   for (int r = 0; r < s.rows[t]; ++r)
     std::memcpy(static_cast<uint8_t*>(base) + r * stride, s.data[t][r], s.colsb[t]);
@@ -88,6 +118,7 @@ inline void emulated_tile_dpbf16ps(int c, int a, int b) {
   check_tile(c);
   check_tile(a);
   check_tile(b);
+  ++tile_counts().products;
   EmulatedTiles& s = emulated_tiles();
   const int m_rows = s.rows[c], k_pairs = s.colsb[a] / 4, n_cols = s.colsb[c] / 4;
   if (s.colsb[c] != s.colsb[b] || s.rows[b] != k_pairs || s.rows[a] != m_rows) {

@@ -504,6 +504,9 @@ TEST(AmxEmulator, RefusesWhatTheHardwareFaultsOn) {
         kernels::emulated::emulated_tile_dpbf16ps(0, 1, 2);
       },
       "shapes do not fit");
+  alignas(64) uint8_t half[64] = {1};
+  half[16 + 2 * 3] = 64;  // tile 3: colsb without rows
+  EXPECT_DEATH(kernels::emulated::emulated_tile_loadconfig(half), "rows or colsb zero");
 }
 
 }  // namespace
