@@ -1,5 +1,6 @@
 # Installing GroupLin: headers, the static and shared libraries, a CMake package (grouplinConfig:
-# grouplin::grouplin, grouplin::grouplin_shared), a pkg-config file and the grouplin command.
+# grouplin::grouplin, grouplin::grouplin_shared, grouplin::grouplin_mpi when built), a pkg-config
+# file and the grouplin command.
 #
 #   cmake --install build --prefix /opt/grouplin
 #   find_package(grouplin 0.1 REQUIRED)  +  target_link_libraries(app PRIVATE grouplin::grouplin)
@@ -10,6 +11,13 @@ include(CMakePackageConfigHelpers)
 set(grouplin_targets grouplin)
 if(TARGET grouplin_shared)
   list(APPEND grouplin_targets grouplin_shared)
+endif()
+# Expert parallelism (grouplin::grouplin_mpi) when it was built: its users need MPI too, which
+# grouplinConfig.cmake then finds.
+set(GROUPLIN_PACKAGE_WITH_MPI OFF)
+if(TARGET grouplin_mpi)
+  list(APPEND grouplin_targets grouplin_mpi)
+  set(GROUPLIN_PACKAGE_WITH_MPI ON)
 endif()
 install(TARGETS ${grouplin_targets} EXPORT grouplinTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

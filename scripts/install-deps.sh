@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what GroupLin needs to build and test, and nothing that is already there.
-# Debian packages for the builds (with clang-format for the formatting check, and the aarch64 cross
-# compiler and qemu-user for the cross build); a project-local Python environment (.venv) for the
-# test peers (PyTorch from Debian, safetensors and ml_dtypes from PyPI). Safe to run again: it
-# checks first.
+# Debian packages for the builds (with clang-format for the formatting check, the aarch64 cross
+# compiler and qemu-user for the cross build, Open MPI for expert parallelism); a project-local
+# Python environment (.venv) for the test peers (PyTorch from Debian, safetensors and ml_dtypes
+# from PyPI). Safe to run again: it checks first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ debian_packages=(
   g++-aarch64-linux-gnu qemu-user
   libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
   libsimde-dev
+  libopenmpi-dev openmpi-bin
   python3-venv python3-dev python3-pytest python3-numpy python3-torch python3-packaging
   gnuplot-nox
 )

@@ -24,6 +24,8 @@ namespace grouplin {
 //   Interrupted  the caller stopped an operation before it finished (Ctrl-C, SIGTERM: the CLI
 //                throws it from convert's progress callback); nothing was left behind. The CLI
 //                exits with 128 + the signal number for it (130 for SIGINT), not 2.
+//   RanksDisagree  the ranks of an expert-parallel job were given different things that must be
+//                  the same on all (layer shapes, dtypes, expert counts).
 //   OutputHoldsOtherFiles  convert was asked to replace (overwrite) a directory that holds more
 //                than a checkpoint: files a conversion neither writes nor copies from its input.
 //   TotalSizeMismatch  never thrown: the code of a warning (Problem in Checkpoint::warnings) for
@@ -103,7 +105,11 @@ namespace grouplin {
   X(PickleLimitExceeded)        \
   X(InvalidPickle)              \
   X(StorageTooSmall)            \
-  X(StorageSizeMismatch)
+  X(StorageSizeMismatch)        \
+  /* Expert parallelism. */     \
+  X(ExpertsNotDivisible)        \
+  X(RanksDisagree)              \
+  X(MpiError)
 
 enum class ErrorCode {
 #define GROUPLIN_ENUM_ENTRY(name) name,

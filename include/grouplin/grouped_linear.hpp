@@ -58,6 +58,9 @@ struct GroupedLinearOptions {
   // Accumulate weight gradients into F32 Parameter::main_grad instead of overwriting grad.
   bool fuse_wgrad_accumulation = false;
   uint64_t seed = 0;  // initialisation is a pure function of (seed, options)
+  // The index of expert 0 in a larger layer (one rank's experts of an expert-parallel layer):
+  // expert i is initialised as expert first_expert + i of that layer. >= 0.
+  int64_t first_expert = 0;
 };
 
 class GroupedLinear : public Module {

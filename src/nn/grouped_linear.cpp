@@ -37,6 +37,10 @@ void check_options(const GroupedLinearOptions& o) {
   require_positive("num_gemms", o.num_gemms);
   require_positive("in_features", o.in_features);
   require_positive("out_features", o.out_features);
+  if (o.first_expert < 0) {
+    throw Error(ErrorCode::InvalidArgument, "GroupedLinear: first_expert is " +
+                                                std::to_string(o.first_expert) + ", expected >= 0");
+  }
   const DType p = o.params_dtype;
   if (p != DType::F32 && p != DType::BF16 && p != DType::F8_E4M3) {
     throw Error(ErrorCode::UnsupportedDType, "GroupedLinear: params_dtype is " +
@@ -144,14 +148,17 @@ GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
           : FamilyStorage{};
   // Expert i's values: the F32 or BF16 draws, or for FP8 the F32 draws quantized.
   auto init_expert = [&](Tensor t, int64_t i, int64_t stream) {
-    if (t.dtype() != DType::F8_E4M3) return init_uniform(t, options_.seed, 2 * i + stream, bound);
+    const int64_t global = options_.first_expert + i;
+    if (t.dtype() != DType::F8_E4M3) {
+      return init_uniform(t, options_.seed, 2 * global + stream, bound);
+    }
     Tensor values = Tensor::zeros(t.shape(), DType::F32);
-    init_uniform(values, options_.seed, 2 * i + stream, bound);
+    init_uniform(values, options_.seed, 2 * global + stream, bound);
     quantize_blocks(values, t, scales.experts[static_cast<size_t>(i)]);
   };
 
-  // The weights, then the biases, each family in its own layout. Expert i draws stream 2i for its
-  // weight and 2i + 1 for its bias, so every layout holds the same bits.
+  // The weights, then the biases, each family in its own layout. Expert i draws stream 2g for its
+  // weight and 2g + 1 for its bias (g = first_expert + i), so every layout holds the same bits.
   auto add_family = [&](const char* base, const Shape& shape, DType dt, WeightLayout layout,
                         GroupedTensor& group, int64_t stream) {
     const FamilyStorage f = family_storage(n, shape, dt, layout, group);
