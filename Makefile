@@ -31,7 +31,7 @@ test-release: build
 
 # GroupLin as a package: installed to a temporary prefix, then an outside project
 # (tests/consumer) finds it with find_package(grouplin), builds against the static and the shared
-# library and runs; a second build goes through pkg-config alone; the installed command's
+# library (and grouplin_mpi, when built) and runs; a second build goes through pkg-config alone; the installed command's
 # --version must equal the library's version(). Last, the same project embeds GroupLin with
 # add_subdirectory while GoogleTest, CLI11 and OpenBLAS cannot be found: it must configure.
 test-install: build
@@ -43,6 +43,7 @@ test-install: build
 	  cmake -S tests/consumer -B "$$d/build" -G Ninja -DCMAKE_PREFIX_PATH="$$d/prefix" >/dev/null && \
 	  cmake --build "$$d/build" >/dev/null && \
 	  "$$d/build/consumer" "$$d" && "$$d/build/consumer_shared" "$$d" && \
+	  { [ ! -e "$$d/build/consumer_mpi" ] || "$$d/build/consumer_mpi" >/dev/null; } && \
 	  PKG_CONFIG_PATH="$$d/prefix/lib/pkgconfig" c++ -o "$$d/consumer_pc" tests/consumer/consumer.cpp \
 	    $$(PKG_CONFIG_PATH="$$d/prefix/lib/pkgconfig" pkg-config --cflags --libs --static grouplin) && \
 	  LD_LIBRARY_PATH="$$d/prefix/lib" "$$d/consumer_pc" "$$d" && \
