@@ -13,10 +13,15 @@ m_splits), times in interleaved rounds:
 in F32 and BF16, and reports GroupLin's GF/s over each PyTorch path's and over the best of
 grouped_mm and loop (the goals of issue 13), per case, with the best time of the rounds.
 
+With --isa, GroupLin runs once per kernel set named (GROUPLIN_ISA), one column each with the
+set's fraction of its own peak (grouplin bench's vs_peak): the table of issue 22 in one run,
+PyTorch's dense BF16 (oneDNN) beside every set.
+
 Needs PyTorch >= 2.9: the bench-only environment (scripts/bench-env.sh, never used by make test):
 
   python3 bench/torch_peers.py --shapes qwen3,mixtral --rows 4096,16384 --rounds 3
   python3 bench/torch_peers.py --quick          # a seconds-long smoke run
+  python3 bench/torch_peers.py --isa amx,avx512bf16,avx512,avx2 --rows 4096   # every set
 """
 
 import argparse
@@ -107,6 +112,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="qwen3, 512 rows, forward, one round")
     ap.add_argument("--json", help="also write every figure to this file")
+    ap.add_argument("--isa", default="",
+                    help="kernel sets to run GroupLin with, one GF/s column each (GROUPLIN_ISA "
+                         "values: amx,avx512bf16,avx512,avx2); the first is the one compared with "
+                         "PyTorch. Default: the CPU's own choice")
     args = ap.parse_args()
     if args.quick:
         args.shapes, args.rows, args.routing, args.ops, args.rounds = (
@@ -115,30 +124,46 @@ def main():
     torch.set_num_threads(threads)
     cmd = [args.grouplin, "bench", "--json", "--shapes", args.shapes, "--rows", args.rows,
            "--routing", args.routing, "--ops", args.ops, "--reps", "2", "--threads", str(threads)]
+    isas = args.isa.split(",") if args.isa else [""]
     best = {}  # (case key, path, dtype) -> GF/s, best of the rounds
+    peak_share = {}  # (case key, isa, dtype) -> the set's fraction of its own peak, at its best
     cases = {}
     machine = None
     for r in range(args.rounds):
-        out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-        machine = {k: out.get(k) for k in ("machine", "kernels", "peak")}
-        for case in out["results"]:
-            key = (case["shape"], case["rows"], case["routing"], case["op"])
-            cases[key] = case
+        for n, isa in enumerate(isas):
+            env = dict(os.environ, GROUPLIN_ISA=isa) if isa else None
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                            env=env).stdout)
+            if n == 0:
+                machine = {k: out.get(k) for k in ("machine", "kernels", "peak")}
+            for case in out["results"]:
+                key = (case["shape"], case["rows"], case["routing"], case["op"])
+                cases[key] = case
+                for dt in ("f32", "bf16"):
+                    if dt not in case:
+                        continue
+                    path = "grouplin" if n == 0 else "grouplin:" + isa
+                    v = case[dt]["grouplin_gflops"]
+                    if v > best.get((key, path, dt), 0.0):
+                        best[(key, path, dt)] = v
+                        peak_share[(key, isa, dt)] = case[dt].get("vs_peak", 0.0)
+        for key, case in cases.items():
             flops = 2.0 * case["rows"] * case["in"] * case["out"]
             for dt, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
                 if dt not in case:
                     continue
-                figures = {"grouplin": case[dt]["grouplin_gflops"]}
-                figures.update({p: flops / s / 1e9 for p, s in torch_case(case, dtype).items()})
-                for p, v in figures.items():
-                    best[(key, p, dt)] = max(best.get((key, p, dt), 0.0), v)
+                for p, t in torch_case(case, dtype).items():
+                    best[(key, p, dt)] = max(best.get((key, p, dt), 0.0), flops / t / 1e9)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
 
     print(f"torch {torch.__version__}, {threads} threads; grouplin kernels "
           f"{machine and machine.get('kernels')}; best of {args.rounds} interleaved rounds, GF/s\n")
-    print("| shape | rows | routing | op | dtype | GroupLin | grouped_mm | loop | dense | "
-          "GroupLin / best PyTorch path | GroupLin / PyTorch dense |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    others = [i for i in isas[1:]]
+    first = f"GroupLin {isas[0]}" if isas[0] else "GroupLin"
+    print(f"| shape | rows | routing | op | dtype | {first} (x own peak) | "
+          + "".join(f"GroupLin {i} (x own peak) | " for i in others)
+          + "grouped_mm | loop | dense | GroupLin / best PyTorch path | GroupLin / PyTorch dense |")
+    print("|---|---|---|---|---|---|" + "---|" * len(others) + "---|---|---|---|---|")
     rows = []
     for key in sorted(cases):
         for dt in ("f32", "bf16"):
@@ -147,11 +172,18 @@ def main():
             f = {p: best[(key, p, dt)] for p in ("grouplin", "grouped_mm", "loop", "dense")}
             vs_best = f["grouplin"] / max(f["grouped_mm"], f["loop"])
             vs_dense = f["grouplin"] / f["dense"]
+            sets = {i: (best.get((key, "grouplin:" + i, dt), 0.0),
+                        peak_share.get((key, i, dt), 0.0)) for i in others}
             rows.append({"shape": key[0], "rows": key[1], "routing": key[2], "op": key[3],
                          "dtype": dt, **f, "vs_best_torch_path": vs_best,
-                         "vs_torch_dense": vs_dense})
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {dt} | {f['grouplin']:.1f} | "
-                  f"{f['grouped_mm']:.1f} | {f['loop']:.1f} | {f['dense']:.1f} | "
+                         "vs_torch_dense": vs_dense,
+                         "vs_own_peak": peak_share.get((key, isas[0], dt), 0.0),
+                         "other_sets": {i: {"gflops": g, "vs_own_peak": k}
+                                        for i, (g, k) in sets.items()}})
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {dt} | {f['grouplin']:.1f} "
+                  f"({peak_share.get((key, isas[0], dt), 0.0):.2f}) | "
+                  + "".join(f"{g:.1f} ({k:.2f}) | " for g, k in sets.values())
+                  + f"{f['grouped_mm']:.1f} | {f['loop']:.1f} | {f['dense']:.1f} | "
                   f"{vs_best:.2f}x | {vs_dense:.2f}x |")
     if args.json:
         with open(args.json, "w") as fh:
