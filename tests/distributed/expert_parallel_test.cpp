@@ -21,6 +21,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/safetensors.hpp"
+#include "nn/load_test_util.hpp"
 
 namespace grouplin {
 namespace {
@@ -41,14 +42,7 @@ int ranks_of_world() {
 constexpr int64_t kExperts = 8, kIn = 40, kOut = 24;
 
 GroupedLinearOptions layer_options(DType dt, WeightLayout layout) {
-  GroupedLinearOptions o;
-  o.num_gemms = kExperts;
-  o.in_features = kIn;
-  o.out_features = kOut;
-  o.params_dtype = dt;
-  o.weight_layout = layout;
-  o.seed = 7;
-  return o;
+  return testing::gl_options(kExperts, layout, 7, true, dt, kIn, kOut);
 }
 
 // A small deterministic generator: values in [-1, 1).
