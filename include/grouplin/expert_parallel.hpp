@@ -20,7 +20,9 @@
 // one rank gets wrong (a bad shape, an expert index out of range, a dtype other ranks do not
 // share, a checkpoint it cannot read) is found before any data moves and thrown on every rank as
 // the same Error: its code, and "rank R of P: " + the failing rank's message (the lowest such
-// rank). No rank is left waiting in a collective. MPI failures themselves are Error(MpiError)
+// rank); what only the ranks together can see (different dtypes, shapes or options on different
+// ranks) is told by every rank from the gathered values, naming the ranks. No rank is left
+// waiting in a collective. MPI failures themselves are Error(MpiError)
 // (the communicator's errors are returned, not fatal). How to run across hosts, what moves per
 // call and how it scales: docs/distributed.md.
 #pragma once

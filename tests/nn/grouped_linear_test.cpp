@@ -205,6 +205,26 @@ TEST(GroupedLinearInitTest, SeedGivesBitIdenticalParametersInEveryLayout) {
   }
 }
 
+// first_expert: a layer of experts [3, 5) of an 8-expert layer (one rank's share) holds their
+// values, FP8 scales included, in every layout.
+TEST(GroupedLinearInitTest, FirstExpertGivesThatSliceOfTheWholeLayer) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F8_E4M3}) {
+    GroupedLinear whole(options(8, 130, 3, dtype, WeightLayout::PerExpert));
+    for (WeightLayout layout : kLayouts) {
+      auto o = options(2, 130, 3, dtype, layout);
+      o.first_expert = 3;
+      GroupedLinear part(o);
+      for (int64_t i = 0; i < 2; ++i) {
+        EXPECT_TRUE(part.expert_weight(i).bit_equal(whole.expert_weight(3 + i))) << i;
+        EXPECT_TRUE(part.expert_bias(i).bit_equal(whole.expert_bias(3 + i))) << i;
+        if (dtype == DType::F8_E4M3) {
+          EXPECT_TRUE(part.expert_weight_scale(i).bit_equal(whole.expert_weight_scale(3 + i)));
+        }
+      }
+    }
+  }
+}
+
 TEST(GroupedLinearInitTest, UniformInBoundWithDistinctStreams) {
   const int64_t in = 64, out = 48;
   GroupedLinear a(options(3, in, out, DType::F32, WeightLayout::PerExpert));
