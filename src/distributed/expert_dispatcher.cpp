@@ -157,6 +157,21 @@ Tensor ExpertDispatcher::dispatch_checked(const Tensor& x, std::span<const int64
   });
   const auto all = gather_agreed(comm_, failure, header);
   check_same_rows(all, what);
+  // MPI counts and displacements are int: no rank may receive more rows than that. Every rank
+  // sees every count, so every rank throws alike.
+  const int64_t per_rank = num_experts_ / ranks_;
+  for (int q = 0; q < ranks_; ++q) {
+    int64_t incoming = 0;
+    for (const auto& row : all) {
+      for (int64_t e = q * per_rank; e < (q + 1) * per_rank; ++e) incoming += row[kSlots + e];
+    }
+    if (incoming >= INT_MAX) {
+      throw Error(ErrorCode::SizeOverflow, what + ": rank " + std::to_string(q) +
+                                               " would receive " + std::to_string(incoming) +
+                                               " rows; at most " + std::to_string(INT_MAX - 1) +
+                                               " per call (MPI counts are int)");
+    }
+  }
 
   // The caller's rows in expert order (stable: each expert's rows in the caller's order), which
   // is also destination order, the experts of a rank being consecutive.
