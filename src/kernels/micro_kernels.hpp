@@ -149,6 +149,17 @@ struct MicroKernels {
   void (*pack_transposed)(const void* src, bool bf16, int64_t ld, int rows, int64_t kc, float* dst,
                           int width);
 
+  // One pair panel's rows (pack_pairs_transposed in packing.hpp): dst[r * kOuterCols + j] = the
+  // dword of the BF16 values src[j * ld + 2r] (low half) and src[j * ld + 2r + 1] (high half),
+  // for j < rows, and 0 for rows <= j < kOuterCols, for every r < pairs. An exact permutation.
+  // Requires: 1 <= rows <= kOuterCols.
+  void (*pack_pairs)(const uint16_t* src, int64_t ld, int rows, int64_t pairs, uint32_t* dst);
+  // One pair panel of rows (pack_pairs_rows in packing.hpp: dgrad's weights, rows interleaved):
+  // dst[r * kOuterCols + j] = the dword of src[2r * ld + j] (low half) and src[(2r + 1) * ld + j]
+  // (high half; 0 when 2r + 1 == depth) for j < cols, and 0 for cols <= j < kOuterCols, for every
+  // r < ceil(depth / 2). Requires: 1 <= cols <= kOuterCols.
+  void (*pack_pair_rows)(const uint16_t* src, int64_t ld, int64_t depth, int cols, uint32_t* dst);
+
   // dst[i * ldd + j] = src[j * lds + i] for i < rows, j < cols: an exact out-of-place transpose.
   // May read src[j * lds + i] for i up to rows rounded up to 8 (the caller's slack).
   void (*transpose)(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,

@@ -391,6 +391,59 @@ GROUPLIN_AVX2 void pack_transposed_avx2(const void* src, bool bf16, int64_t ld, 
   }
 }
 
+// 8 rows x 8 pairs at a time, transposed as dwords in registers (two BF16 values travel as one
+// float lane: the shuffles move bits, never compute); rows past `rows` are zero. The pairs that do
+// not fill a block of 8 go scalar.
+GROUPLIN_AVX2 void pack_pairs_avx2(const uint16_t* src, int64_t ld, int rows, int64_t pairs,
+                                   uint32_t* dst) {
+  const int64_t full = pairs / 8 * 8;
+  for (int g = 0; g < kOuterCols; g += 8) {
+    const int group_rows = std::max(0, std::min(8, rows - g));
+    for (int64_t p = 0; p < full; p += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {
+        r[i] = i < group_rows
+                   ? _mm256_loadu_ps(reinterpret_cast<const float*>(src + (g + i) * ld + 2 * p))
+                   : _mm256_setzero_ps();
+      }
+      transpose8(r);
+      for (int q = 0; q < 8; ++q) {
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst + (p + q) * kOuterCols + g), r[q]);
+      }
+    }
+  }
+  for (int64_t p = full; p < pairs; ++p) {
+    for (int j = 0; j < kOuterCols; ++j) {
+      dst[p * kOuterCols + j] =
+          j < rows ? src[j * ld + 2 * p] | uint32_t{src[j * ld + 2 * p + 1]} << 16 : 0;
+    }
+  }
+}
+
+// Whole panels: 16 values of each of two rows interleaved by 16-bit unpacks (which work within
+// 128-bit halves, so one lane swap puts the columns back in order), one panel row per store.
+// Ragged panels (fewer than 16 columns) and a last row without its pair go through the portable
+// loop's rule, scalar.
+GROUPLIN_AVX2 void pack_pair_rows_avx2(const uint16_t* src, int64_t ld, int64_t depth, int cols,
+                                       uint32_t* dst) {
+  int64_t r = 0;
+  if (cols == kOuterCols) {
+    for (; 2 * r + 1 < depth; ++r) {
+      const uint16_t* even = src + 2 * r * ld;
+      const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even));
+      const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + ld));
+      const __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
+      auto* out = reinterpret_cast<__m256i*>(dst + r * kOuterCols);
+      _mm256_storeu_si256(out, _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+  }
+  if (2 * r < depth) {
+    portable_kernels().pack_pair_rows(src + 2 * r * ld, ld, depth - 2 * r, cols,
+                                      dst + r * kOuterCols);
+  }
+}
+
 // 8 x 8 blocks through registers (the forward broadcast path's result, [cols][rows], into rows of
 // y: the scalar gather took 7% of the forward time at 32 rows per expert); ragged edges scalar.
 GROUPLIN_AVX2 void transpose_avx2(const float* src, int64_t lds, int64_t rows, int64_t cols,
@@ -735,6 +788,8 @@ constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
                                 .fma_rows_fp8 = fma_rows_fp8_avx2,
                                 .add_rows = add_rows_avx2,
                                 .pack_transposed = pack_transposed_avx2,
+                                .pack_pairs = pack_pairs_avx2,
+                                .pack_pair_rows = pack_pair_rows_avx2,
                                 .transpose = transpose_avx2,
                                 .widen_bf16 = widen_bf16_avx2,
                                 .narrow_bf16 = narrow_bf16_avx2,

@@ -120,6 +120,27 @@ void pack_transposed_portable(const void* src, bool bf16, int64_t ld, int rows, 
   }
 }
 
+void pack_pairs_portable(const uint16_t* src, int64_t ld, int rows, int64_t pairs, uint32_t* dst) {
+  for (int64_t r = 0; r < pairs; ++r) {
+    for (int j = 0; j < kOuterCols; ++j) {
+      dst[r * kOuterCols + j] =
+          j < rows ? src[j * ld + 2 * r] | uint32_t{src[j * ld + 2 * r + 1]} << 16 : 0;
+    }
+  }
+}
+
+void pack_pair_rows_portable(const uint16_t* src, int64_t ld, int64_t depth, int cols,
+                             uint32_t* dst) {
+  for (int64_t r = 0; 2 * r < depth; ++r) {
+    const uint16_t* even = src + 2 * r * ld;
+    const uint16_t* odd = 2 * r + 1 < depth ? even + ld : nullptr;
+    for (int j = 0; j < kOuterCols; ++j) {
+      const uint32_t high = odd != nullptr && j < cols ? uint32_t{odd[j]} << 16 : 0;
+      dst[r * kOuterCols + j] = j < cols ? even[j] | high : 0;
+    }
+  }
+}
+
 void transpose_portable(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                         int64_t ldd) {
   for (int64_t i = 0; i < rows; ++i) {
@@ -169,6 +190,8 @@ constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
                                     .fma_rows_fp8 = nullptr,
                                     .add_rows = add_rows_portable,
                                     .pack_transposed = pack_transposed_portable,
+                                    .pack_pairs = pack_pairs_portable,
+                                    .pack_pair_rows = pack_pair_rows_portable,
                                     .transpose = transpose_portable,
                                     .widen_bf16 = widen_bf16_portable,
                                     .narrow_bf16 = narrow_bf16_portable,

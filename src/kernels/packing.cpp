@@ -240,37 +240,39 @@ int64_t pair_panel_dwords(int64_t kc) {
   return (pairs + kPairGroup - 1) / kPairGroup * kPairGroup * kOuterCols;
 }
 
-// Column by column: each source row's pairs are read in order (one stream) and written 64 bytes
-// apart, into one panel.
+// Panel by panel: its rows' whole pairs through the set's pack_pairs (AVX2: 8 x 8 dword
+// transposes), the pair of a last odd depth (its high half zero) and the pair rows that round the
+// count up to a multiple of kPairGroup (zero) here. Every dword is written once.
 void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
                            uint32_t* bp) {
-  const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
-  const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
-  std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
-  for (int64_t j = 0; j < cols; ++j) {
-    const auto* row = reinterpret_cast<const uint16_t*>(element(m, c0 + j, k0));
-    uint32_t* dst = bp + j / kOuterCols * dwords + j % kOuterCols;
-    for (int64_t r = 0; r < kc / 2; ++r) {
-      uint32_t pair;
-      std::memcpy(&pair, row + 2 * r, sizeof pair);
-      dst[r * kOuterCols] = pair;
+  const MicroKernels& mk = micro_kernels();
+  const int64_t dwords = pair_panel_dwords(kc), whole = kc / 2, pairs = (kc + 1) / 2;
+  for (int64_t q = 0; q * kOuterCols < cols; ++q) {
+    const int rows = static_cast<int>(std::min<int64_t>(kOuterCols, cols - q * kOuterCols));
+    const auto* src = reinterpret_cast<const uint16_t*>(element(m, c0 + q * kOuterCols, k0));
+    uint32_t* dst = bp + q * dwords;
+    mk.pack_pairs(src, m.ld, rows, whole, dst);
+    if (kc % 2 != 0) {
+      for (int j = 0; j < kOuterCols; ++j) {
+        dst[whole * kOuterCols + j] = j < rows ? src[j * m.ld + kc - 1] : 0;
+      }
     }
-    if (kc % 2 != 0) dst[(pairs - 1) * kOuterCols] = row[kc - 1];
+    std::fill(dst + pairs * kOuterCols, dst + dwords, uint32_t{0});
   }
 }
 
+// Panel by panel through the set's pack_pair_rows (AVX2: 16-bit unpacks of two rows), then the
+// pair rows that round the count up to a multiple of kPairGroup (zero).
 void pack_pairs_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols,
                      uint32_t* bp) {
+  const MicroKernels& mk = micro_kernels();
   const int64_t dwords = pair_panel_dwords(kc), pairs = (kc + 1) / 2;
-  const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
-  std::memset(bp, 0, static_cast<size_t>(panels * dwords) * sizeof(uint32_t));
-  for (int64_t r = 0; r < pairs; ++r) {
-    const auto* even = reinterpret_cast<const uint16_t*>(element(m, r0 + 2 * r, c0));
-    const uint16_t* odd = 2 * r + 1 < kc ? even + m.ld : nullptr;
-    for (int64_t j = 0; j < cols; ++j) {
-      const uint32_t high = odd != nullptr ? uint32_t{odd[j]} << 16 : 0;
-      bp[j / kOuterCols * dwords + r * kOuterCols + j % kOuterCols] = even[j] | high;
-    }
+  for (int64_t q = 0; q * kOuterCols < cols; ++q) {
+    const int n = static_cast<int>(std::min<int64_t>(kOuterCols, cols - q * kOuterCols));
+    uint32_t* dst = bp + q * dwords;
+    mk.pack_pair_rows(reinterpret_cast<const uint16_t*>(element(m, r0, c0 + q * kOuterCols)), m.ld,
+                      kc, n, dst);
+    std::fill(dst + pairs * kOuterCols, dst + dwords, uint32_t{0});
   }
 }
 

@@ -156,6 +156,57 @@ TEST_F(MicroKernelsTest, PackTransposedMatchesPortable) {
   }
 }
 
+// pack_pairs: each dword is the pair of its row's two BF16 values (low half first), zero past
+// `rows`, for every row count and pair count around the 8 x 8 blocks; exactly what it owns is
+// written (the pair rows x 16 columns), nothing after.
+TEST_F(MicroKernelsTest, PackPairsTransposesPairsExactly) {
+  for (int rows : {1, 7, 8, 9, 16}) {
+    for (int64_t pairs : {0, 1, 7, 8, 13, 24}) {
+      const int64_t ld = 2 * pairs + 5;
+      std::vector<uint16_t> src(static_cast<size_t>(rows * ld));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 2654435761u >> 7);
+      const size_t n = static_cast<size_t>(pairs * kOuterCols);
+      std::vector<uint32_t> a(n + 16, 0xdeadbeef), b = a;
+      micro_kernels().pack_pairs(src.data(), ld, rows, pairs, a.data());
+      portable().pack_pairs(src.data(), ld, rows, pairs, b.data());
+      EXPECT_EQ(a, b) << rows << " rows, " << pairs << " pairs";
+      for (int64_t r = 0; r < pairs; ++r) {
+        for (int j = 0; j < kOuterCols; ++j) {
+          const uint32_t want =
+              j < rows ? src[j * ld + 2 * r] | uint32_t{src[j * ld + 2 * r + 1]} << 16 : 0;
+          ASSERT_EQ(a[r * kOuterCols + j], want) << r << "," << j;
+        }
+      }
+      for (size_t i = n; i < a.size(); ++i) ASSERT_EQ(a[i], 0xdeadbeefu) << "wrote past at " << i;
+    }
+  }
+}
+
+// pack_pair_rows: each dword pairs a column's values of two consecutive rows (the even row low),
+// the last odd row alone, zero past `cols`; nothing past its pair rows is written.
+TEST_F(MicroKernelsTest, PackPairRowsInterleavesRowsExactly) {
+  for (int cols : {1, 9, 15, 16}) {
+    for (int64_t depth : {1, 2, 7, 8, 33}) {
+      const int64_t ld = 21, pairs = (depth + 1) / 2;
+      std::vector<uint16_t> src(static_cast<size_t>(depth * ld));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 2654435761u >> 9);
+      const size_t n = static_cast<size_t>(pairs * kOuterCols);
+      std::vector<uint32_t> a(n + 16, 0xdeadbeef), b = a;
+      micro_kernels().pack_pair_rows(src.data(), ld, depth, cols, a.data());
+      portable().pack_pair_rows(src.data(), ld, depth, cols, b.data());
+      EXPECT_EQ(a, b) << cols << " cols, depth " << depth;
+      for (int64_t r = 0; r < pairs; ++r) {
+        for (int j = 0; j < kOuterCols; ++j) {
+          const uint32_t odd = 2 * r + 1 < depth ? src[(2 * r + 1) * ld + j] : 0;
+          const uint32_t want = j < cols ? src[2 * r * ld + j] | odd << 16 : 0;
+          ASSERT_EQ(a[r * kOuterCols + j], want) << r << "," << j;
+        }
+      }
+      for (size_t i = n; i < a.size(); ++i) ASSERT_EQ(a[i], 0xdeadbeefu) << "wrote past at " << i;
+    }
+  }
+}
+
 // A 4 x 3 tile computes each element as the 1 x 1 tile of the same operands does.
 TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
   for (int64_t kc : {1, 8, 13, 100}) {
