@@ -393,7 +393,7 @@ GROUPLIN_AVX2 void pack_transposed_avx2(const void* src, bool bf16, int64_t ld, 
 
 // 8 rows x 8 pairs at a time, transposed as dwords in registers (two BF16 values travel as one
 // float lane: the shuffles move bits, never compute); rows past `rows` are zero. The pairs that do
-// not fill a block of 8 go scalar.
+// not fill a block of 8 go through the portable loop.
 GROUPLIN_AVX2 void pack_pairs_avx2(const uint16_t* src, int64_t ld, int rows, int64_t pairs,
                                    uint32_t* dst) {
   const int64_t full = pairs / 8 * 8;
@@ -412,11 +412,8 @@ GROUPLIN_AVX2 void pack_pairs_avx2(const uint16_t* src, int64_t ld, int rows, in
       }
     }
   }
-  for (int64_t p = full; p < pairs; ++p) {
-    for (int j = 0; j < kOuterCols; ++j) {
-      dst[p * kOuterCols + j] =
-          j < rows ? src[j * ld + 2 * p] | uint32_t{src[j * ld + 2 * p + 1]} << 16 : 0;
-    }
+  if (full < pairs) {
+    portable_kernels().pack_pairs(src + 2 * full, ld, rows, pairs - full, dst + full * kOuterCols);
   }
 }
 
