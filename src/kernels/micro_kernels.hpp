@@ -44,8 +44,9 @@ struct Fp8Operand {
   const float* scales;
   int64_t scale_ld;
   int64_t row0, col0;
-  // Where the caller reads next, or null: dot_tile_fp8 prefetches the rows from here on at the
-  // columns it reads, as it reads them (a burst per tile left FP8's stream at half the rate).
+  // Where the caller reads next, or null: dot_tile_fp8 (its rows) and fma_rows_fp8 (`depth`
+  // rows) prefetch from here on at the columns they read, as they read them (a burst per tile
+  // left FP8's stream at half the rate). Prefetches never fault, but keep them inside the matrix.
   const uint8_t* ahead = nullptr;
 };
 

@@ -89,6 +89,7 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
   const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, direct, t, s);
   if (direct) {
     const MicroKernels& mk = micro_kernels();
+    const bool fp8_fused = w.dtype == DType::F8_E4M3 && mk.fma_rows_fp8 != nullptr;
     for (int64_t p0 = 0; p0 < args.out_features; p0 += kOuterDepth) {
       const int64_t kc = std::min(kOuterDepth, args.out_features - p0);
       const F32Rows dyr = f32_rows(args.dy, t.row0, t.rows, p0, kc, s.a);
@@ -98,7 +99,7 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
       // chains, same order.
       for (int64_t p = 0; p < kc; p += kDirectChunk) {
         const int64_t ahead = p0 + p + kDirectChunk;
-        if (ahead < args.out_features) {
+        if (ahead < args.out_features && !fp8_fused) {
           Prefetcher(region_of(w, ahead, std::min(kDirectChunk, args.out_features - ahead), t.col0,
                                t.cols),
                      1)
@@ -106,9 +107,12 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
         }
         const int64_t n = std::min(kDirectChunk, kc - p);
         const std::byte* b = element(w, p0 + p, t.col0);
-        if (w.dtype == DType::F8_E4M3 && mk.fma_rows_fp8 != nullptr) {  // decoded in registers
-          mk.fma_rows_fp8(t.rows, n, a + p, lda, fp8_operand(w, p0 + p, t.col0), t.cols, acc.c,
-                          acc.ldc);
+        if (fp8_fused) {  // decoded in registers, the next chunk prefetched as this one is read
+          Fp8Operand operand = fp8_operand(w, p0 + p, t.col0);
+          if (ahead + kDirectChunk <= args.out_features) {
+            operand.ahead = operand.codes + kDirectChunk * operand.ld;
+          }
+          mk.fma_rows_fp8(t.rows, n, a + p, lda, operand, t.cols, acc.c, acc.ldc);
         } else if (w.dtype == DType::F8_E4M3) {  // decoded n rows at a time into scratch
           const F32Rows wd = f32_rows(w, p0 + p, n, t.col0, t.cols, s.b);
           mk.fma_rows(t.rows, n, a + p, lda, wd.data, wd.ld, t.cols, acc.c, acc.ldc);

@@ -1,0 +1,364 @@
+// The AVX2+FMA set's FP8 kernels (see micro_kernels_avx2.hpp): E4M3 weights decoded in registers
+// for the forward dot tiles and the few-row dgrad, and decoded into F32 rows for the other paths.
+// Every value is code x scale rounded once, as f8e4m3_to_f32 and one F32 multiply give it.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/micro_kernels.hpp"
+#include "kernels/micro_kernels_avx2.hpp"
+
+namespace grouplin::kernels::native {
+namespace {
+
+// E4M3 codes moved onto F32's bits: sign-extended and shifted left by 20, a code's exponent and
+// fraction bits land on F32's (its sign on bit 31 and, cleared by the mask, bits 27-30), so that
+// the lanes read 2^(e - 127) (1 + f/8), or for e = 0 the subnormal f * 2^-129: the code's value
+// times 2^-120, sign included (a NaN code reads 480 x 2^-120).
+GROUPLIN_AVX2 inline __m256 e4m3_bits(const uint8_t* src) {
+  const __m256i codes =
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(codes, 20),
+                                              _mm256_set1_epi32(static_cast<int>(0x87f00000u))));
+}
+
+// The scale with E4M3's 2^120 folded in, when that changes no product: x 2^120 is exact while
+// finite, and one multiply by it rounds code x scale once, as two would (an infinite or NaN scale
+// stays what it was). NaN where a block needs decode8_e4m3's two multiplies.
+inline float folded_scale(float scale) {
+  const float folded = scale * 0x1p120f;
+  return std::isfinite(folded) || !std::isfinite(scale) ? folded : std::nanf("");
+}
+inline bool foldable(float folded) { return !std::isnan(folded); }
+
+// 8 codes, none a NaN code, to their values times the scale: one multiply by the folded scale,
+// a third of decode8_e4m3's operations. One core, codes in L2, G codes/s decode8_e4m3 / this:
+// decode_e4m3 6.3 / 9.2; fma_rows_fp8 (1 row) 2.7 / 6.9 (with its rows unrolled); dot tiles
+// (1 x 3) 7.5 / 7.5 (bound by register pressure: 8.4 once the scales came from memory).
+GROUPLIN_AVX2 inline __m256 decode8_e4m3_finite(const uint8_t* src, __m256 folded) {
+  return _mm256_mul_ps(e4m3_bits(src), folded);
+}
+
+// 8 codes to their values times the scale, NaN codes giving f8e4m3_to_f32's NaN with their sign:
+// the exact value (x 2^120), then the scale's one rounding multiply.
+GROUPLIN_AVX2 inline __m256 decode8_e4m3(const uint8_t* src, __m256 scale) {
+  const __m256i codes =
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  const __m256i nan =
+      _mm256_cmpeq_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+  const __m256 quiet = _mm256_castsi256_ps(
+      _mm256_or_si256(_mm256_set1_epi32(0x7fc00000),
+                      _mm256_and_si256(_mm256_slli_epi32(codes, 24),
+                                       _mm256_set1_epi32(static_cast<int>(0x80000000u)))));
+  const __m256 exact = _mm256_mul_ps(e4m3_bits(src), _mm256_set1_ps(0x1p120f));
+  return _mm256_mul_ps(_mm256_blendv_ps(exact, quiet, _mm256_castsi256_ps(nan)), scale);
+}
+
+// Whether any of the 32 codes from column k on of the NR rows is a NaN code: checked once per 32
+// codes (one test for all rows), so that the common case takes decode8_e4m3_finite.
+template <int NR>
+GROUPLIN_AVX2 inline bool any_nan32_rows(const uint8_t* const* rows, int64_t k) {
+  __m256i hits = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j] + k));
+    hits = _mm256_or_si256(hits, _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x7f)),
+                                                   _mm256_set1_epi8(0x7f)));
+  }
+  return !_mm256_testz_si256(hits, hits);
+}
+
+// The first n (< 8) decoded values from codes on, zero beyond (as load_b_tail).
+GROUPLIN_AVX2 inline __m256 decode_tail_e4m3(const uint8_t* codes, int64_t n, __m256 scale) {
+  alignas(8) uint8_t padded[8] = {};
+  for (int64_t i = 0; i < n; ++i) padded[i] = codes[i];
+  return _mm256_and_ps(decode8_e4m3(padded, scale), _mm256_castsi256_ps(first_lanes(n)));
+}
+
+// One 8-value step of dot_tile_fp8_avx2_fixed at column k of B's rows: decoded (kFinite: no NaN
+// code among them, `scale` folded; otherwise the plain scale), then the fused multiply-adds.
+template <int MR, int NR, bool kFinite>
+GROUPLIN_AVX2 inline void dot_fp8_step(const float* a, int64_t lda, const uint8_t* const* rows,
+                                       int64_t k, const float* scale, __m256 (*acc)[NR]) {
+  __m256 bv[NR];
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) {
+    bv[j] = kFinite ? decode8_e4m3_finite(rows[j] + k, _mm256_set1_ps(scale[j]))
+                    : decode8_e4m3(rows[j] + k, _mm256_set1_ps(scale[j]));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m256 av = _mm256_loadu_ps(a + i * lda + k);
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
+  }
+}
+
+// dot_tile_avx2_fixed with B decoded from FP8 in registers: the same chain of fused
+// multiply-adds on the decoded values. Each 8-value step lies in one scale block (col0 and the
+// steps are multiples of 8); NaN codes are looked for once per 32 values. The scales are
+// broadcast from memory in each step, which keeps the 16 ymm registers for the accumulators and
+// the decoded values (kept in registers, they spilled the 1 x 3 tile's accumulators).
+template <int MR, int NR>
+GROUPLIN_AVX2 void dot_tile_fp8_avx2_fixed(int64_t kc, const float* a, int64_t lda,
+                                           const Fp8Operand& b, float* c, int64_t ldc) {
+  const float* scale_row[NR];
+  const uint8_t* rows[NR];
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) {
+    scale_row[j] = b.scales + ((b.row0 + j) / kFp8Block) * b.scale_ld;
+    rows[j] = b.codes + j * b.ld;
+  }
+  __m256 acc[MR][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  int64_t k = 0;
+  for (int64_t block_end = 0; k + 8 <= kc; k = block_end) {
+    // One scale block (or what of it the tile spans) at a time.
+    const int64_t block = (b.col0 + k) / kFp8Block;
+    block_end = std::min((block + 1) * kFp8Block - b.col0, kc / 8 * 8);
+    float scale[NR], folded[NR];
+    bool fold = true;
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      scale[j] = scale_row[j][block];
+      folded[j] = folded_scale(scale[j]);
+      fold = fold && foldable(folded[j]);
+    }
+    int64_t kk = k;
+    for (; kk + 32 <= block_end; kk += 32) {
+      if (b.ahead != nullptr && kk % 64 == 0) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) {
+          _mm_prefetch(reinterpret_cast<const char*>(b.ahead + j * b.ld + kk), _MM_HINT_T0);
+        }
+      }
+      if (fold && !any_nan32_rows<NR>(rows, kk)) {
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)
+          dot_fp8_step<MR, NR, true>(a, lda, rows, kk + 8 * q, folded, acc);
+      } else {
+        for (int q = 0; q < 4; ++q)
+          dot_fp8_step<MR, NR, false>(a, lda, rows, kk + 8 * q, scale, acc);
+      }
+    }
+    for (; kk < block_end; kk += 8) dot_fp8_step<MR, NR, false>(a, lda, rows, kk, scale, acc);
+  }
+  if (k < kc) {
+    const __m256i mask = first_lanes(kc - k);
+    const int64_t block = (b.col0 + k) / kFp8Block;
+    __m256 bv[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      bv[j] = decode_tail_e4m3(rows[j] + k, kc - k, _mm256_set1_ps(scale_row[j][block]));
+    }
+    dot_tail_and_sums<MR, NR>(a, lda, k, mask, bv, acc, c, ldc);
+  } else {
+    dot_tail_and_sums<MR, NR>(a, lda, k, first_lanes(0), nullptr, acc, c, ldc);
+  }
+}
+
+using DotFp8Fixed = void (*)(int64_t, const float*, int64_t, const Fp8Operand&, float*, int64_t);
+template <int MR>
+constexpr DotFp8Fixed kDotFp8Row[kDotCols] = {
+    dot_tile_fp8_avx2_fixed<MR, 1>, dot_tile_fp8_avx2_fixed<MR, 2>, dot_tile_fp8_avx2_fixed<MR, 3>};
+constexpr const DotFp8Fixed* kDotFp8Table[kDotRows] = {kDotFp8Row<1>, kDotFp8Row<2>, kDotFp8Row<3>,
+                                                       kDotFp8Row<4>};
+
+// c[r][j..j+8) += a(r, p) * b[p][j..j+8) for every row r < kRows (0: `rows` of them): one
+// 8-column group of fma_rows_fp8, its B values decoded once.
+template <int kRows>
+GROUPLIN_AVX2 inline void fma_group_fp8(int64_t rows, const float* a, int64_t lda, int64_t p,
+                                        __m256 bv, float* c, int64_t ldc, int64_t j) {
+  const int64_t n = kRows > 0 ? kRows : rows;
+#pragma GCC unroll 4
+  for (int64_t r = 0; r < n; ++r) {
+    float* cv = c + r * ldc + j;
+    _mm256_storeu_ps(cv, _mm256_fmadd_ps(_mm256_set1_ps(a[r * lda + p]), bv, _mm256_loadu_ps(cv)));
+  }
+}
+
+// Whether any code of the depth x width rectangle at `codes` (width a multiple of 8) is a NaN
+// code: one pass over it, row by row, before its values are used (which also brings it into L1
+// in order).
+GROUPLIN_AVX2 inline bool any_nan_codes(const uint8_t* codes, int64_t ld, int64_t depth,
+                                        int64_t width, const uint8_t* ahead) {
+  const __m256i low = _mm256_set1_epi8(0x7f);
+  __m256i hits = _mm256_setzero_si256();
+  __m128i hits8 = _mm_setzero_si128();
+  for (int64_t p = 0; p < depth; ++p) {
+    const uint8_t* row = codes + p * ld;
+    if (ahead != nullptr) {
+      for (int64_t j = 0; j < width; j += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + p * ld + j), _MM_HINT_T0);
+      }
+    }
+    int64_t j = 0;
+    for (; j + 32 <= width; j += 32) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j));
+      hits = _mm256_or_si256(hits, _mm256_cmpeq_epi8(_mm256_and_si256(v, low), low));
+    }
+    for (; j < width; j += 8) {  // the upper 8 bytes load as zero, never a NaN code
+      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j));
+      const __m128i low8 = _mm256_castsi256_si128(low);
+      hits8 = _mm_or_si128(hits8, _mm_cmpeq_epi8(_mm_and_si128(v, low8), low8));
+    }
+  }
+  return !_mm256_testz_si256(hits, hits) || !_mm_testz_si128(hits8, hits8);
+}
+
+// c[r][0..8G) += sum over p of a(r, p) * b[p][0..8G) for r < R: the sums held in registers over
+// all `depth` rows of b (loaded from c first, stored once at the end), each row of b decoded once
+// for all R rows. b has no NaN code and one scale, `folded`. R x G sums, R broadcasts and one
+// decoded vector: at most 14 of the 16 ymm registers.
+template <int R, int G>
+GROUPLIN_AVX2 inline void fma_strip_fp8(int64_t depth, const float* a, int64_t lda,
+                                        const uint8_t* codes, int64_t ld, __m256 folded, float* c,
+                                        int64_t ldc) {
+  __m256 acc[R][G];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm256_loadu_ps(c + r * ldc + 8 * g);
+  }
+  for (int64_t p = 0; p < depth; ++p) {
+    const uint8_t* row = codes + p * ld;
+    __m256 av[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) av[r] = _mm256_set1_ps(a[r * lda + p]);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m256 bv = decode8_e4m3_finite(row + 8 * g, folded);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][g] = _mm256_fmadd_ps(av[r], bv, acc[r][g]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) _mm256_storeu_ps(c + r * ldc + 8 * g, acc[r][g]);
+  }
+}
+
+// Groups of 8 columns per strip for R rows: a cache line of codes for one row, fewer as the rows
+// need registers for their sums and broadcasts.
+template <int R>
+inline constexpr int kStripGroups = R == 1   ? 8
+                                    : R == 2 ? 4
+                                             : 2;
+
+// One rectangle of b under one scale: depth rows x width columns (a multiple of 8) at `codes`,
+// into c's columns [0, width). Each element's chain runs over p in order, as fma_rows_avx2's.
+// 1-4 rows (kRows) of clean codes go through strips with their sums in registers (the memory-
+// bound dgrad of few rows per expert: no load and store of c per row of b); NaN codes, a scale
+// that cannot be folded, or more rows go a row of b at a time with c in memory.
+template <int kRows>
+GROUPLIN_AVX2 void fma_block_fp8(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                 const uint8_t* codes, int64_t ld, float scale, int64_t width,
+                                 float* c, int64_t ldc, const uint8_t* ahead) {
+  const float f = folded_scale(scale);
+  const bool clean = foldable(f) && !any_nan_codes(codes, ld, depth, width, ahead);
+  if constexpr (kRows > 0) {
+    if (clean) {
+      const __m256 fv = _mm256_set1_ps(f);
+      constexpr int kGroups = kStripGroups<kRows>;
+      int64_t j = 0;
+      for (; j + 8 * kGroups <= width; j += 8 * kGroups) {
+        fma_strip_fp8<kRows, kGroups>(depth, a, lda, codes + j, ld, fv, c + j, ldc);
+      }
+      for (; j < width; j += 8)
+        fma_strip_fp8<kRows, 1>(depth, a, lda, codes + j, ld, fv, c + j, ldc);
+      return;
+    }
+  }
+  const __m256 v = _mm256_set1_ps(clean ? f : scale);
+  for (int64_t p = 0; p < depth; ++p) {
+    const uint8_t* row = codes + p * ld;
+    for (int64_t j = 0; j < width; j += 8) {
+      const __m256 bv = clean ? decode8_e4m3_finite(row + j, v) : decode8_e4m3(row + j, v);
+      fma_group_fp8<kRows>(rows, a, lda, p, bv, c, ldc, j);
+    }
+  }
+}
+
+// fma_rows_avx2_impl's products with b decoded from FP8 in registers, in rectangles that each lie
+// in one scale block (rows of b in one block of 128, columns in one block of 128; col0 and the
+// 8-column groups are multiples of 8). The rectangles of one column go in order of p, so every
+// element's chain runs over p in order. The ragged end as fma_row_avx2's (masked loads and
+// stores). kRows > 0: that many rows, unrolled (the dgrad of 1-4 rows per expert).
+template <int kRows>
+GROUPLIN_AVX2 void fma_rows_fp8_impl(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                     const Fp8Operand& b, int64_t cols, float* c, int64_t ldc) {
+  const int64_t full = cols / 8 * 8;
+  const __m256i mask = first_lanes(cols - full);
+  for (int64_t p0 = 0, p1 = 0; p0 < depth; p0 = p1) {
+    const int64_t row_block = (b.row0 + p0) / kFp8Block;
+    p1 = std::min(depth, (row_block + 1) * kFp8Block - b.row0);
+    const float* scale_row = b.scales + row_block * b.scale_ld;
+    for (int64_t j = 0, end = 0; j < full; j = end) {
+      const int64_t block = (b.col0 + j) / kFp8Block;
+      end = std::min(full, (block + 1) * kFp8Block - b.col0);
+      fma_block_fp8<kRows>(rows, p1 - p0, a + p0, lda, b.codes + p0 * b.ld + j, b.ld,
+                           scale_row[block], end - j, c + j, ldc,
+                           b.ahead != nullptr ? b.ahead + p0 * b.ld + j : nullptr);
+    }
+    if (full == cols) continue;
+    const __m256 sv = _mm256_set1_ps(scale_row[(b.col0 + full) / kFp8Block]);
+    for (int64_t p = p0; p < p1; ++p) {
+      const __m256 bv = decode_tail_e4m3(b.codes + p * b.ld + full, cols - full, sv);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* cv = c + r * ldc + full;
+        const __m256 sum =
+            _mm256_fmadd_ps(_mm256_set1_ps(a[r * lda + p]), bv, _mm256_maskload_ps(cv, mask));
+        _mm256_maskstore_ps(cv, mask, sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+GROUPLIN_AVX2 void decode_e4m3_avx2(const uint8_t* src, float scale, float* dst, int64_t n) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const float f = folded_scale(scale);
+  const __m256 fv = _mm256_set1_ps(f);
+  int64_t i = 0;
+  for (; foldable(f) && i + 32 <= n; i += 32) {
+    const bool finite = !any_nan32_rows<1>(&src, i);
+    for (int64_t q = i; q < i + 32; q += 8) {
+      _mm256_storeu_ps(dst + q,
+                       finite ? decode8_e4m3_finite(src + q, fv) : decode8_e4m3(src + q, s));
+    }
+  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, decode8_e4m3(src + i, s));
+  if (i < n) portable_kernels().decode_e4m3(src + i, scale, dst + i, n - i);
+}
+
+void dot_tile_fp8_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const Fp8Operand& b,
+                       float* c, int64_t ldc) {
+  kDotFp8Table[mr - 1][nr - 1](kc, a, lda, b, c, ldc);
+}
+
+void fma_rows_fp8_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                       const Fp8Operand& b, int64_t cols, float* c, int64_t ldc) {
+  switch (rows) {
+    case 1:
+      return fma_rows_fp8_impl<1>(rows, depth, a, lda, b, cols, c, ldc);
+    case 2:
+      return fma_rows_fp8_impl<2>(rows, depth, a, lda, b, cols, c, ldc);
+    case 3:
+      return fma_rows_fp8_impl<3>(rows, depth, a, lda, b, cols, c, ldc);
+    case 4:
+      return fma_rows_fp8_impl<4>(rows, depth, a, lda, b, cols, c, ldc);
+    default:
+      return fma_rows_fp8_impl<0>(rows, depth, a, lda, b, cols, c, ldc);
+  }
+}
+
+}  // namespace grouplin::kernels::native
