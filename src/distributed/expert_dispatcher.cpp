@@ -159,11 +159,11 @@ Tensor ExpertDispatcher::dispatch_checked(const Tensor& x, std::span<const int64
   check_same_rows(all, what);
   // MPI counts and displacements are int: no rank may receive more rows than that. Every rank
   // sees every count, so every rank throws alike.
-  const int64_t per_rank = num_experts_ / ranks_;
+  const int64_t per = num_experts_ / ranks_;  // experts per rank
   for (int q = 0; q < ranks_; ++q) {
     int64_t incoming = 0;
     for (const auto& row : all) {
-      for (int64_t e = q * per_rank; e < (q + 1) * per_rank; ++e) incoming += row[kSlots + e];
+      for (int64_t e = q * per; e < (q + 1) * per; ++e) incoming += row[kSlots + e];
     }
     if (incoming >= INT_MAX) {
       throw Error(ErrorCode::SizeOverflow, what + ": rank " + std::to_string(q) +
@@ -175,7 +175,6 @@ Tensor ExpertDispatcher::dispatch_checked(const Tensor& x, std::span<const int64
 
   // The caller's rows in expert order (stable: each expert's rows in the caller's order), which
   // is also destination order, the experts of a rank being consecutive.
-  const int64_t per = num_experts_ / ranks_;
   std::vector<int64_t> first(static_cast<size_t>(num_experts_) + 1, 0);
   for (int64_t e = 0; e < num_experts_; ++e) {
     first[static_cast<size_t>(e) + 1] = first[static_cast<size_t>(e)] + header[kSlots + e];
