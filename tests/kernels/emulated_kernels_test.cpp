@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,58 @@ TEST_P(KernelSetTest, FmaRowsEqualAvx2BitsAndWriteOnlyTheirColumns) {
               << "cols " << cols << " rows " << rows << " depth " << depth << " bf16 " << bf16;
           for (int64_t r = 0; r < rows; ++r) {
             for (int64_t j = cols; j < ld; ++j) ASSERT_EQ(got[r * ld + j], 9.0f) << cols;
+          }
+        }
+      }
+    }
+  }
+}
+
+// fma_rows_fp8 (the few-row dgrad of FP8 weights) gives the AVX2 set's bits for 1-5 rows, over
+// scale blocks of rows and columns, blocks with and without NaN codes, scales that E4M3's 2^120
+// can and cannot be folded into, 16- and 8-column groups and ragged ends, with and without rows
+// to prefetch; it writes only its rows' first `cols` columns.
+TEST_P(KernelSetTest, FmaRowsFp8EqualsAvx2Bits) {
+  constexpr int64_t kRows = 300, kLd = 304, kLdc = 320;
+  std::vector<uint8_t> codes(static_cast<size_t>(kRows * kLd));
+  std::mt19937 gen(5);
+  for (uint8_t& c : codes) c = static_cast<uint8_t>(gen());
+  // Random codes hold a NaN code in every block: clear them from blocks (0, 0) and (1, 1).
+  for (int64_t r = 0; r < 256; ++r) {
+    for (int64_t k = 0; k < 256; ++k) {
+      uint8_t& c = codes[static_cast<size_t>(r * kLd + k)];
+      if ((r < 128) == (k < 128) && (c & 0x7f) == 0x7f) c ^= 1;
+    }
+  }
+  // Row block 1's scales cannot take 2^120 (x 2^120 overflows).
+  const std::vector<float> scales = {0.5f,    0.25f, 2.0f, 0x1p100f, 0.75f,
+                                     0x1p99f, 3.0f,  1.5f, 0.125f};
+  std::vector<float> scales_clean_middle = scales;
+  scales_clean_middle[4] = 1.25f;  // block (1, 1): clean codes, a foldable scale
+  for (const std::vector<float>* sc :
+       std::vector<const std::vector<float>*>{&scales, &scales_clean_middle}) {
+    for (const auto& [row0, depth] :
+         {std::pair<int64_t, int64_t>{0, 16}, {2, 13}, {125, 9}, {126, 40}, {130, 16}, {254, 3}}) {
+      for (const auto& [col0, cols] : {std::pair<int64_t, int64_t>{0, 45},
+                                       {120, 17},
+                                       {8, 256},
+                                       {0, 128},
+                                       {136, 120},
+                                       {16, 200},
+                                       {128, 96}}) {
+        for (int64_t rows = 1; rows <= 5; ++rows) {
+          for (bool ahead : {false, true}) {
+            const std::vector<float> a = random_floats(static_cast<size_t>(rows * depth), 9);
+            std::vector<float> want(static_cast<size_t>(rows * kLdc), 1.5f), got = want;
+            kernels::Fp8Operand b{codes.data() + row0 * kLd + col0, kLd, sc->data(), 3, row0, col0};
+            if (ahead && row0 + 2 * depth <= kRows) b.ahead = b.codes + depth * kLd;
+            avx2_->fma_rows_fp8(rows, depth, a.data(), depth, b, cols, want.data(), kLdc);
+            set_->fma_rows_fp8(rows, depth, a.data(), depth, b, cols, got.data(), kLdc);
+            ASSERT_TRUE(same_bits(want, got)) << "rows " << rows << " from b row " << row0 << " x "
+                                              << depth << ", column " << col0 << " x " << cols;
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t j = cols; j < kLdc; ++j) ASSERT_EQ(got[r * kLdc + j], 1.5f) << cols;
+            }
           }
         }
       }

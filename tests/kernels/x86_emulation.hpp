@@ -59,6 +59,14 @@ inline __m512i emulated_maskz_cvtepu16_epi32(uint16_t k, __m256i a) {
   return _mm512_loadu_si512(out);
 }
 
+inline __m512i emulated_maskz_cvtepi8_epi32(uint16_t k, __m128i a) {
+  int8_t in[16];
+  std::memcpy(in, &a, sizeof in);
+  int32_t out[16];
+  for (int i = 0; i < 16; ++i) out[i] = ((k >> i) & 1) ? in[i] : 0;
+  return _mm512_loadu_si512(out);
+}
+
 inline __m512i emulated_maskz_slli_epi32(uint16_t k, __m512i a, unsigned shift) {
   uint32_t v[16];
   lanes_of(a, v);
@@ -82,5 +90,7 @@ inline __m512 emulated_dpbf16_ps(__m512 acc, __m512i a, __m512i b) {
 #define _mm512_mask_storeu_ps(p, k, a) grouplin::kernels::emulated::emulated_mask_storeu_ps(p, k, a)
 #define _mm512_maskz_cvtepu16_epi32(k, a) \
   grouplin::kernels::emulated::emulated_maskz_cvtepu16_epi32(k, a)
+#define _mm512_maskz_cvtepi8_epi32(k, a) \
+  grouplin::kernels::emulated::emulated_maskz_cvtepi8_epi32(k, a)
 #define _mm512_maskz_slli_epi32(k, a, shift) \
   grouplin::kernels::emulated::emulated_maskz_slli_epi32(k, a, shift)
