@@ -1,21 +1,35 @@
 #!/usr/bin/env python3
 """Interleaved A/B of grouplin binaries (two builds of different commits, say) on one machine.
 
-    python3 bench/ab_binaries.py ROUNDS base=PATH other=PATH [more=PATH ...]
+    python3 bench/ab_binaries.py [--fp8] ROUNDS base=PATH other=PATH [more=PATH ...]
 
 Each round runs every binary's `grouplin bench` once, in a random order; per case it prints the
 median GF/s of each binary and its ratio to the first one, then the median ratio over the cases.
+With --fp8 the cases are `bench --dtype fp8`'s (1-16 rows per expert, forward and dgrad), each
+given twice: FP8 GF/s, and that run's own FP8 weights / BF16 weights ratio ("fp8/bf16").
 """
 import json, random, statistics, subprocess, sys
-rounds = int(sys.argv[1])
-bins = dict(a.split('=', 1) for a in sys.argv[2:])
-args = ['bench', '--shapes', 'qwen3,mixtral,deepseek', '--rows', '256,4096', '--routing', 'uniform',
-        '--ops', 'forward,dgrad,wgrad', '--reps', '3', '--json']
+fp8 = sys.argv[1] == '--fp8'
+argv = sys.argv[2:] if fp8 else sys.argv[1:]
+rounds = int(argv[0])
+bins = dict(a.split('=', 1) for a in argv[1:])
+if fp8:
+    args = ['bench', '--dtype', 'fp8', '--reps', '3', '--json']
+else:
+    args = ['bench', '--shapes', 'qwen3,mixtral,deepseek', '--rows', '256,4096', '--routing',
+            'uniform', '--ops', 'forward,dgrad,wgrad', '--reps', '3', '--json']
 res = {k: {} for k in bins}
 rng = random.Random(7)
 for r in range(rounds):
     for name in rng.sample(list(bins), len(bins)):
         out = subprocess.run([bins[name]] + args, check=True, capture_output=True, text=True).stdout
+        if fp8:
+            for c in json.loads(out)['fp8']['results']:
+                key = (c['shape'], c['rows_per_expert'], c['op'], 'fp8/bf16')
+                res[name].setdefault(key, []).append(c['vs_bf16'])
+                fkey = (c['shape'], c['rows_per_expert'], c['op'], 'fp8 GF/s')
+                res[name].setdefault(fkey, []).append(c['fp8_gflops'])
+            continue
         for c in json.loads(out)['results']:
             for dt in ('f32', 'bf16'):
                 key = (c['shape'], c['rows'], c['op'], dt)
@@ -23,11 +37,11 @@ for r in range(rounds):
     print('round', r, 'done', file=sys.stderr, flush=True)
 names = list(bins)
 base = names[0]
-print('case', *[f'{n} GF/s' for n in names], *[f'{n}/{base}' for n in names[1:]], sep=' | ')
+print('case', *[f'{n}' for n in names], *[f'{n}/{base}' for n in names[1:]], sep=' | ')
 ratios = {n: [] for n in names[1:]}
 for key in sorted(res[base]):
     med = {n: statistics.median(res[n][key]) for n in names}
-    row = [' '.join(map(str, key))] + [f'{med[n]:.1f}' for n in names]
+    row = [' '.join(map(str, key))] + [f'{med[n]:.2f}' for n in names]
     for n in names[1:]:
         ratios[n].append(med[n] / med[base]); row.append(f'{med[n] / med[base]:.2f}')
     print(*row, sep=' | ')
