@@ -83,6 +83,27 @@ GROUPLIN_AVX2 inline __m256 decode_tail_e4m3(const uint8_t* codes, int64_t n, __
 template <int MR, int NR, bool kFinite>
 GROUPLIN_AVX2 inline void dot_fp8_step(const float* a, int64_t lda, const uint8_t* const* rows,
                                        int64_t k, const float* scale, __m256 (*acc)[NR]) {
+  if constexpr (MR * NR >= 9) {
+    // 9-12 sums: one weight row decoded at a time, each fused multiply-add reading its x value
+    // from memory (L1) and each row its scale. Held in registers beside 12 sums (the x values,
+    // the decoded rows, the scales and the mask) they did not fit: GCC spilled sums, 45 stack
+    // references in the 4 x 3 loop (9 now). The empty asm statements keep it from hoisting the
+    // loads back out of the loop. Same run: 4 rows per expert 1.07-1.11x the FP8 forward GF/s of
+    // before; taken for fewer sums it cost up to 23% at one row.
+    const float* sc = scale;
+    asm("" : "+r"(sc));
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      const __m256 bv = kFinite ? decode8_e4m3_finite(rows[j] + k, _mm256_set1_ps(sc[j]))
+                                : decode8_e4m3(rows[j] + k, _mm256_set1_ps(sc[j]));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i * lda + k), bv, acc[i][j]);
+      }
+      asm volatile("" ::: "memory");
+    }
+    return;
+  }
   __m256 bv[NR];
 #pragma GCC unroll 4
   for (int j = 0; j < NR; ++j) {
