@@ -126,11 +126,12 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
       }
     }
   } else {
-    // Few rows share each weight: read W in place rather than pack it (BF16 widened in registers;
-    // same bits). Full 16-column micro-tiles only, so that nothing past the tile's columns is read.
+    // Few rows share each weight: read W in place rather than pack it (BF16 widened in
+    // registers, FP8 decoded row by row into a row-major F32 block read the same way; same bits).
+    // Full 16-column micro-tiles only, so that nothing past the tile's columns is read.
+    const bool fp8 = w.dtype == DType::F8_E4M3;
     const bool in_place =
-        w.dtype != DType::F8_E4M3 &&  // FP8 is decoded as it is packed
-        t.rows <= (w.dtype == DType::F32 ? kInPlaceMaxRows : kInPlaceMaxRowsBf16) &&
+        t.rows <= (w.dtype == DType::BF16 ? kInPlaceMaxRowsBf16 : kInPlaceMaxRows) &&
         t.cols % kOuterCols == 0;
     outer_product(
         t.rows, t.cols, args.out_features, acc.c, acc.ldc, s,
@@ -138,6 +139,10 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
           pack_a_rows_of(args.dy, t.row0 + i0, rows, p0, kc, a);
         },
         [&](int64_t p0, int64_t kc, float* b) {
+          if (in_place && fp8) {
+            for (int64_t p = 0; p < kc; ++p) load_f32(w, p0 + p, t.col0, t.cols, b + p * t.cols);
+            return BBlock{b, t.cols, false, false};
+          }
           if (in_place) return BBlock{element(w, p0, t.col0), w.ld, false, w.dtype == DType::BF16};
           pack_b_rows(w, p0, kc, t.col0, t.cols, b);
           return BBlock{b, kOuterCols};
