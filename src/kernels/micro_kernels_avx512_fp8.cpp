@@ -36,34 +36,6 @@ GROUPLIN_AVX512 inline __m512 decode16_e4m3_finite(const uint8_t* src, __m512 fo
   return _mm512_mul_ps(_mm512_castsi512_ps(bits), folded);
 }
 
-// Whether any code of the depth x width rectangle at `codes` (width a multiple of 8) is a NaN
-// code (low 7 bits all set), checked with AVX2's byte operations (AVX-512F has none); the rows at
-// `ahead` prefetched on the way.
-GROUPLIN_AVX512 inline bool any_nan_code(const uint8_t* codes, int64_t ld, int64_t depth,
-                                         int64_t width, const uint8_t* ahead) {
-  const __m256i low = _mm256_set1_epi8(0x7f);
-  __m256i top = _mm256_setzero_si256();
-  for (int64_t p = 0; p < depth; ++p) {
-    const uint8_t* row = codes + p * ld;
-    if (ahead != nullptr) {
-      for (int64_t j = 0; j < width; j += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + p * ld + j), _MM_HINT_T0);
-      }
-    }
-    int64_t j = 0;
-    for (; j + 32 <= width; j += 32) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j));
-      top = _mm256_max_epu8(top, _mm256_and_si256(v, low));
-    }
-    for (; j < width; j += 8) {  // the upper 24 bytes load as zero, never a NaN code
-      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j));
-      top = _mm256_max_epu8(top, _mm256_and_si256(_mm256_zextsi128_si256(v), low));
-    }
-  }
-  const __m256i hit = _mm256_cmpeq_epi8(top, low);
-  return !_mm256_testz_si256(hit, hit);
-}
-
 // c[r][0..16G) += sum over p of a(r, p) * b[p][0..16G) for r < R (kHalf, G = 1: 8 columns), the
 // sums in registers over all `depth` rows of clean codes under one folded scale: the AVX2 set's
 // strips, 16 lanes wide. R x G sums, R broadcasts, one decoded vector: at most 22 of 32 zmm.
@@ -128,8 +100,8 @@ GROUPLIN_AVX512 void fma_rows_fp8_strips(const float* a, int64_t lda, const Fp8O
       const uint8_t* codes = b.codes + p0 * b.ld + j;
       const float f = folded_fp8_scale(b.scales[row_block * b.scale_ld + block]);
       if (__builtin_isnan(f) ||
-          any_nan_code(codes, b.ld, p1 - p0, end - j,
-                       b.ahead != nullptr ? b.ahead + p0 * b.ld + j : nullptr)) {
+          native::any_nan_e4m3(codes, b.ld, p1 - p0, end - j,
+                               b.ahead != nullptr ? b.ahead + p0 * b.ld + j : nullptr)) {
         fma_rows_fp8_avx2_on(kRows, a, lda, b, p0, p1, j, end - j, c, ldc);
         continue;
       }
@@ -167,8 +139,8 @@ GROUPLIN_AVX512 void fma_row_fp8(const float* a, const Fp8Operand& b, int64_t de
       end = full < (block + 1) * kFp8Block - b.col0 ? full : (block + 1) * kFp8Block - b.col0;
       const float f = folded_fp8_scale(b.scales[row_block * b.scale_ld + block]);
       if (__builtin_isnan(f) ||
-          any_nan_code(row + j, b.ld, 1, end - j,
-                       b.ahead != nullptr ? b.ahead + p * b.ld + j : nullptr)) {
+          native::any_nan_e4m3(row + j, b.ld, 1, end - j,
+                               b.ahead != nullptr ? b.ahead + p * b.ld + j : nullptr)) {
         fma_rows_fp8_avx2_on(1, a, 1, b, p, p + 1, j, end - j, c, 0);
         continue;
       }
