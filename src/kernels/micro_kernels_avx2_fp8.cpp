@@ -262,22 +262,43 @@ GROUPLIN_AVX2 void fma_rows_fp8_by_row(int64_t rows, int64_t depth, const float*
   }
 }
 
+// The largest low 7 bits so far of the 8G (8, 16 or 32) codes at `row`, per byte lane: a NaN code
+// leaves 0x7f.
+template <int G>
+GROUPLIN_AVX2 inline __m256i top_low7(__m256i top, const uint8_t* row) {
+  __m256i v;
+  if constexpr (G == 4) {
+    v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+  } else if constexpr (G == 2) {
+    v = _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+  } else {
+    static_assert(G == 1);
+    v = _mm256_zextsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row)));
+  }
+  return _mm256_max_epu8(top, _mm256_and_si256(v, _mm256_set1_epi8(0x7f)));
+}
+
 // c[r][0..8G) += sum over p of a(r, p) * b[p][0..8G) for r < R: the sums held in registers over
 // all `depth` rows of b (loaded from c first, stored once at the end), each row of b decoded once
-// for all R rows. b has no NaN code and one scale, `folded`. R x G sums, R broadcasts and one
-// decoded vector: at most 14 of the 16 ymm registers.
+// for all R rows, under one scale, `folded`. Optimistic: the codes are decoded as if none were a
+// NaN code while the largest low 7 bits are kept; if one was, nothing is stored and the result is
+// false (the caller redoes the strip; c is as it was). The rows at `ahead` are prefetched on the
+// way. R x G sums, R broadcasts, one decoded vector and the NaN test: at most 15 of 16 registers.
 template <int R, int G>
-GROUPLIN_AVX2 inline void fma_strip_fp8(int64_t depth, const float* a, int64_t lda,
+GROUPLIN_AVX2 inline bool fma_strip_fp8(int64_t depth, const float* a, int64_t lda,
                                         const uint8_t* codes, int64_t ld, __m256 folded, float* c,
-                                        int64_t ldc) {
+                                        int64_t ldc, const uint8_t* ahead) {
   __m256 acc[R][G];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) acc[r][g] = _mm256_loadu_ps(c + r * ldc + 8 * g);
   }
+  __m256i top = _mm256_setzero_si256();
   for (int64_t p = 0; p < depth; ++p) {
     const uint8_t* row = codes + p * ld;
+    if (ahead != nullptr) _mm_prefetch(reinterpret_cast<const char*>(ahead + p * ld), _MM_HINT_T0);
+    top = top_low7<G>(top, row);
     __m256 av[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) av[r] = _mm256_set1_ps(a[r * lda + p]);
@@ -288,47 +309,56 @@ GROUPLIN_AVX2 inline void fma_strip_fp8(int64_t depth, const float* a, int64_t l
       for (int r = 0; r < R; ++r) acc[r][g] = _mm256_fmadd_ps(av[r], bv, acc[r][g]);
     }
   }
+  const __m256i nan = _mm256_cmpeq_epi8(top, _mm256_set1_epi8(0x7f));
+  if (!_mm256_testz_si256(nan, nan)) return false;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) _mm256_storeu_ps(c + r * ldc + 8 * g, acc[r][g]);
   }
+  return true;
 }
 
-// Groups of 8 columns per strip for R rows: a cache line of codes for one row, fewer as the rows
-// need registers for their sums and broadcasts.
+// Groups of 8 columns per strip for R rows, as many as the registers hold sums for.
 template <int R>
-inline constexpr int kStripGroups = R == 1   ? 8
-                                    : R == 2 ? 4
-                                             : 2;
+inline constexpr int kStripGroups = R == 2 ? 4 : 2;
+
+// depth rows x width columns (a multiple of 8) of b at `codes` under `scale`, a row of b at a time
+// with c in memory, NaN codes decoded as NaN.
+template <int kRows>
+GROUPLIN_AVX2 void fma_block_by_row(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                    const uint8_t* codes, int64_t ld, float scale, int64_t width,
+                                    float* c, int64_t ldc) {
+  const __m256 sv = _mm256_set1_ps(scale);
+  for (int64_t p = 0; p < depth; ++p) {
+    for (int64_t j = 0; j < width; j += 8) {
+      fma_group_fp8<kRows>(rows, a, lda, p, decode8_e4m3(codes + p * ld + j, sv), c, ldc, j);
+    }
+  }
+}
 
 // One rectangle of b under one scale: depth rows x width columns (a multiple of 8) at `codes`,
 // into c's columns [0, width). Each element's chain runs over p in order, as fma_rows_avx2's.
-// Clean codes go through strips with their sums in registers (no load and store of c per row of
-// b); NaN codes or a scale that cannot be folded go a row of b at a time with c in memory.
+// Strips with their sums in registers (no load and store of c per row of b), each NaN-checked as
+// it runs (a separate pass over the rectangle first cost the strips about a fifth); a strip that
+// held a NaN code, or a scale that cannot be folded, goes a row of b at a time.
 template <int kRows>
 GROUPLIN_AVX2 void fma_block_fp8(int64_t rows, int64_t depth, const float* a, int64_t lda,
                                  const uint8_t* codes, int64_t ld, float scale, int64_t width,
                                  float* c, int64_t ldc, const uint8_t* ahead) {
   const float f = folded_scale(scale);
-  const bool clean = foldable(f) && !any_nan_e4m3(codes, ld, depth, width, ahead);
-  if (clean) {
-    const __m256 fv = _mm256_set1_ps(f);
-    constexpr int kGroups = kStripGroups<kRows>;
-    int64_t j = 0;
-    for (; j + 8 * kGroups <= width; j += 8 * kGroups) {
-      fma_strip_fp8<kRows, kGroups>(depth, a, lda, codes + j, ld, fv, c + j, ldc);
-    }
-    for (; j < width; j += 8) fma_strip_fp8<kRows, 1>(depth, a, lda, codes + j, ld, fv, c + j, ldc);
-    return;
-  }
-  const __m256 v = _mm256_set1_ps(clean ? f : scale);
-  for (int64_t p = 0; p < depth; ++p) {
-    const uint8_t* row = codes + p * ld;
-    for (int64_t j = 0; j < width; j += 8) {
-      const __m256 bv = clean ? decode8_e4m3_finite(row + j, v) : decode8_e4m3(row + j, v);
-      fma_group_fp8<kRows>(rows, a, lda, p, bv, c, ldc, j);
-    }
+  if (!foldable(f))
+    return fma_block_by_row<kRows>(rows, depth, a, lda, codes, ld, scale, width, c, ldc);
+  const __m256 fv = _mm256_set1_ps(f);
+  constexpr int kGroups = kStripGroups<kRows>;
+  for (int64_t j = 0; j < width;) {
+    const uint8_t* at = ahead != nullptr ? ahead + j : nullptr;
+    const int64_t w = j + 8 * kGroups <= width ? 8 * kGroups : 8;
+    const bool done =
+        w == 8 ? fma_strip_fp8<kRows, 1>(depth, a, lda, codes + j, ld, fv, c + j, ldc, at)
+               : fma_strip_fp8<kRows, kGroups>(depth, a, lda, codes + j, ld, fv, c + j, ldc, at);
+    if (!done) fma_block_by_row<kRows>(rows, depth, a, lda, codes + j, ld, scale, w, c + j, ldc);
+    j += w;
   }
 }
 
