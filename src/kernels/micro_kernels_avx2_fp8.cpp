@@ -10,7 +10,6 @@
 
 #include "kernels/micro_kernels.hpp"
 #include "kernels/micro_kernels_avx2.hpp"
-#include "kernels/micro_kernels_x86.hpp"
 
 namespace grouplin::kernels::native {
 namespace {
@@ -206,12 +205,6 @@ GROUPLIN_AVX2 inline void fma_group_fp8(int64_t rows, const float* a, int64_t ld
   }
 }
 
-// The low 7 bits of the 32 codes at `at`.
-GROUPLIN_AVX2 inline __m256i low7(const uint8_t* at) {
-  return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)),
-                          _mm256_set1_epi8(0x7f));
-}
-
 // fma_rows_avx2_impl's dgrad order (a row of b read once for all rows of c, c in memory) with b
 // decoded from FP8 in registers, 8 columns at a time, each group lying in one scale block; NaN
 // codes looked for once per 32 columns. The ragged end as fma_row_avx2's (masked loads and
@@ -398,35 +391,6 @@ GROUPLIN_AVX2 void fma_rows_fp8_strips(int64_t rows, int64_t depth, const float*
 }
 
 }  // namespace
-
-// The largest low 7 bits, kept per byte lane, in one pass over the rectangle row by row before its
-// values are used (which also brings it into L1 in order). One core, codes in L2: strips of one
-// row ran at 7.2 G codes/s with this check, 9.2 without any.
-GROUPLIN_AVX2 bool any_nan_e4m3(const uint8_t* codes, int64_t ld, int64_t depth, int64_t width,
-                                const uint8_t* ahead) {
-  const __m256i low = _mm256_set1_epi8(0x7f);
-  __m256i top = _mm256_setzero_si256();
-  for (int64_t p = 0; p < depth; ++p) {
-    const uint8_t* row = codes + p * ld;
-    if (ahead != nullptr) {
-      for (int64_t j = 0; j < width; j += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + p * ld + j), _MM_HINT_T0);
-      }
-    }
-    if (width == kFp8Block) {
-      top = _mm256_max_epu8(top, _mm256_max_epu8(_mm256_max_epu8(low7(row), low7(row + 32)),
-                                                 _mm256_max_epu8(low7(row + 64), low7(row + 96))));
-      continue;
-    }
-    int64_t j = 0;
-    for (; j + 32 <= width; j += 32) top = _mm256_max_epu8(top, low7(row + j));
-    for (; j < width; j += 8) {  // the upper 24 bytes load as zero, never a NaN code
-      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j));
-      top = _mm256_max_epu8(top, _mm256_and_si256(_mm256_zextsi128_si256(v), low));
-    }
-  }
-  return !_mm256_testz_si256(_mm256_cmpeq_epi8(top, low), _mm256_cmpeq_epi8(top, low));
-}
 
 GROUPLIN_AVX2 void decode_e4m3_avx2(const uint8_t* src, float scale, float* dst, int64_t n) {
   const __m256 s = _mm256_set1_ps(scale);

@@ -12,8 +12,6 @@
 // these instruction sets.
 #pragma once
 
-#include <cstdint>
-
 #include "kernels/micro_kernels.hpp"
 
 namespace grouplin::kernels::native {
@@ -21,12 +19,6 @@ namespace grouplin::kernels::native {
 // The AVX2+FMA set (micro_kernels_avx2.cpp), whether or not this CPU has AVX2 (avx2_kernels()
 // in micro_kernels.hpp checks).
 const MicroKernels& avx2_set();
-
-// Whether any code of the depth x width rectangle of E4M3 codes at `codes` (leading dimension ld,
-// width a multiple of 8) is a NaN code (low 7 bits all set); the same rows at `ahead`, when not
-// null, are prefetched on the way. AVX2 (micro_kernels_avx2_fp8.cpp): for the sets built on it.
-bool any_nan_e4m3(const uint8_t* codes, int64_t ld, int64_t depth, int64_t width,
-                  const uint8_t* ahead);
 
 void add_avx512(MicroKernels& set);
 void add_avx512bf16(MicroKernels& set);
