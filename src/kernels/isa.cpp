@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "grouplin/error.hpp"
@@ -49,6 +50,11 @@ CpuFeatures detect_cpu() {
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, avx = (c >> 28) & 1;
   if (!osxsave || !avx) return f;
+  const unsigned base_family = (a >> 8) & 0xF;
+  const unsigned family = base_family + (base_family == 0xF ? (a >> 20) & 0xFF : 0);
+  unsigned max_leaf = 0, vendor[3] = {0, 0, 0};  // "AuthenticAMD" comes as EBX, EDX, ECX
+  __get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]);
+  f.amd = std::memcmp(vendor, "AuthenticAMD", 12) == 0;
   const uint64_t xcr0 = xgetbv0();
   const bool ymm = (xcr0 & 0x6) == 0x6;            // SSE and AVX state
   const bool zmm = ymm && (xcr0 & 0xE0) == 0xE0;   // opmask, ZMM_Hi256, Hi16_ZMM
@@ -59,6 +65,7 @@ CpuFeatures detect_cpu() {
   f.avx2_fma = ymm && fma && ((b7 >> 5) & 1);
   f.avx512f = f.avx2_fma && zmm && ((b7 >> 16) & 1);
   f.avx512bf16 = f.avx512f && ((a71 >> 5) & 1);
+  f.zmm_halves = f.avx512f && f.amd && family == 25;
   const bool amx_cpu = ((d7 >> 22) & 1) && ((d7 >> 24) & 1);  // AMX-BF16, AMX-TILE
   if (amx_cpu && f.avx512f) {
     f.amx_bf16 = tiles && request_amx_state();
@@ -76,22 +83,24 @@ Isa best_isa(const CpuFeatures& f) {
   return Isa::Portable;
 }
 
-// Measured on a Sapphire Rapids (2 cores, 2026-12-02, every kernel set in one session:
-// ../shared/measurements and docs/PERFORMANCE.md), the AVX512-BF16 set's vdpbf16ps pair kernels
-// ran BF16 at 0.45-0.80x the AVX-512F set's widening kernels in all 16 BF16 cases (qwen3-up
-// forward 87 vs 193 GF/s, mixtral-s forward 156 vs 278), and F32 is the same code in both; so a
-// CPU with AVX512_BF16 but no AMX runs the AVX-512F set. (AMX keeps its place: it lost at 32
-// rows per expert but won at 256, 437 vs 278 GF/s forward.)
+// Measured, each CPU with every kernel set in one session (docs/PERFORMANCE.md): on a Sapphire
+// Rapids (2 cores, 2026-12-02) the AVX512-BF16 set's vdpbf16ps pair kernels ran BF16 at
+// 0.45-0.80x the AVX-512F set's widening kernels in all 16 BF16 cases (qwen3-up forward 87 vs
+// 193 GF/s, mixtral-s forward 156 vs 278); on an AMD Zen 4 (2 vCPUs, 2026-12-03), where one
+// vdpbf16ps does twice the multiply-adds of an F32 FMA in the same time, at 1.2-1.9x
+// (qwen3-up forward 230 vs 167 GF/s, mixtral forward 354 vs 201). F32 is the same code in both.
+// So an Intel CPU with AVX512_BF16 but no AMX runs the AVX-512F set, an AMD one the AVX512-BF16
+// set. (AMX keeps its place: it lost at 32 rows per expert but won at 256, 437 vs 278 GF/s.)
 Isa preferred_isa(const CpuFeatures& f) {
   const Isa best = best_isa(f);
-  return best == Isa::Avx512Bf16 ? Isa::Avx512 : best;
+  return best == Isa::Avx512Bf16 && !f.amd ? Isa::Avx512 : best;
 }
 
 Isa capped_isa(const CpuFeatures& f, std::optional<Isa> cap) {
   if (!cap) return preferred_isa(f);
   const Isa best = best_isa(f);
   const Isa isa = *cap < best ? *cap : best;
-  return isa == Isa::Avx512Bf16 && *cap != Isa::Avx512Bf16 ? Isa::Avx512 : isa;
+  return isa == Isa::Avx512Bf16 && *cap != Isa::Avx512Bf16 ? preferred_isa(f) : isa;
 }
 
 std::string_view isa_name(Isa isa) {

@@ -23,6 +23,8 @@ struct CpuFeatures {
   bool avx512bf16 = false;   // AVX512_BF16 (vdpbf16ps)
   bool amx_bf16 = false;     // AMX-BF16 and AMX-TILE, tile state enabled and granted
   bool amx_refused = false;  // the CPU has AMX but the OS refused the tile state
+  bool amd = false;          // vendor AuthenticAMD (CPUID leaf 0)
+  bool zmm_halves = false;   // 512-bit arithmetic runs as two 256-bit halves (AMD family 25, Zen 4)
 };
 
 // What this CPU and OS offer (CPUID, XGETBV, and on Linux the AMX permission request).
@@ -30,10 +32,11 @@ CpuFeatures detect_cpu();
 // The most capable set `f` allows.
 Isa best_isa(const CpuFeatures& f);
 // The set the dispatch runs on `f` unless GROUPLIN_ISA says otherwise: best_isa, except that
-// avx512bf16 gives way to avx512 (measured slower on every BF16 case: isa.cpp).
+// avx512bf16 gives way to avx512 on Intel CPUs (measured slower there on every BF16 case, and
+// faster on AMD Zen 4: isa.cpp).
 Isa preferred_isa(const CpuFeatures& f);
 // The set for a CPU offering `f` under GROUPLIN_ISA=`cap` (unset: preferred_isa): the most
-// capable one up to the cap, where avx512bf16 runs only when the cap names it.
+// capable one up to the cap, where avx512bf16 runs on Intel only when the cap names it.
 Isa capped_isa(const CpuFeatures& f, std::optional<Isa> cap);
 
 // "portable", "avx2", "avx512", "avx512bf16", "amx".

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/isa.hpp"
+
 namespace {
 
 struct Output {
@@ -97,10 +99,11 @@ TEST(BenchCommandTest, TinyRunPrintsResultsAndGoalsAsJson) {
   const auto& peak = j["peak"];
   EXPECT_EQ(peak["cores"], 2);
   const std::string kernels = j["kernels"];
-  const int f32_flop = kernels == "portable" ? 0 : kernels == "avx2+fma" ? 32 : 64;
+  const int zmm = grouplin::kernels::detect_cpu().zmm_halves ? 32 : 64;  // Zen 4: two halves
+  const int f32_flop = kernels == "portable" ? 0 : kernels == "avx2+fma" ? 32 : zmm;
   EXPECT_EQ(peak["f32_flop_per_cycle"], f32_flop);
   EXPECT_EQ(peak["bf16_flop_per_cycle"], kernels == "amx-bf16"     ? 1024
-                                         : kernels == "avx512bf16" ? 128
+                                         : kernels == "avx512bf16" ? 2 * zmm
                                                                    : f32_flop);
   for (const auto& r : j["results"]) {
     for (const char* dt : {"f32", "bf16"}) {

@@ -43,9 +43,10 @@ TEST(Isa, EachLevelImpliesTheOnesBelow) {
   EXPECT_EQ(best_isa(f), Isa::Amx);
 }
 
-// The dispatch order is the measured one: AVX512-BF16 (slower than AVX-512F on BF16) runs only
-// when GROUPLIN_ISA names it; a cap above the preferred set changes nothing.
-TEST(Isa, Avx512Bf16RunsOnlyWhenNamed) {
+// The dispatch order is the measured one: on Intel, AVX512-BF16 (slower than AVX-512F on BF16
+// there) runs only when GROUPLIN_ISA names it; on AMD (faster there) it runs by default. A cap
+// above the preferred set changes nothing.
+TEST(Isa, Avx512Bf16RunsByDefaultOnlyWhereMeasuredFaster) {
   CpuFeatures f;
   f.avx2_fma = f.avx512f = f.avx512bf16 = true;
   EXPECT_EQ(best_isa(f), Isa::Avx512Bf16);
@@ -54,6 +55,12 @@ TEST(Isa, Avx512Bf16RunsOnlyWhenNamed) {
   EXPECT_EQ(capped_isa(f, Isa::Amx), Isa::Avx512);
   EXPECT_EQ(capped_isa(f, Isa::Avx512Bf16), Isa::Avx512Bf16);
   EXPECT_EQ(capped_isa(f, Isa::Avx2), Isa::Avx2);
+  f.amd = f.zmm_halves = true;
+  EXPECT_EQ(preferred_isa(f), Isa::Avx512Bf16);
+  EXPECT_EQ(capped_isa(f, std::nullopt), Isa::Avx512Bf16);
+  EXPECT_EQ(capped_isa(f, Isa::Amx), Isa::Avx512Bf16);
+  EXPECT_EQ(capped_isa(f, Isa::Avx512), Isa::Avx512);
+  f.amd = f.zmm_halves = false;
   f.amx_bf16 = true;
   EXPECT_EQ(preferred_isa(f), Isa::Amx);
   EXPECT_EQ(capped_isa(f, std::nullopt), Isa::Amx);

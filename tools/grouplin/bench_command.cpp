@@ -18,6 +18,7 @@
 #include "grouplin/commands.hpp"
 #include "grouplin/grouplin.hpp"
 #include "kernels/grouped_gemm.hpp"
+#include "kernels/isa.hpp"
 #include "kernels/micro_kernels.hpp"
 #include "kernels/thread_pool.hpp"
 
@@ -113,9 +114,11 @@ double ratio(double a_s, double b_s) { return a_s == kNotRun || b_s == kNotRun ?
 // Each path's peak: cores x clock x FLOP per core and cycle (REFERENCE.md §H), from the kernel
 // set's instruction widths: 32 F32 FLOP with AVX2+FMA (two 256-bit FMA units), 64 with AVX-512
 // (two 512-bit FMA units), BF16 the same where the set widens it to F32, 128 with vdpbf16ps (two
-// products per 32-bit lane, two units) and 1024 with AMX-BF16. Cores: the GroupLin threads;
-// clock: the first "cpu MHz" of /proc/cpuinfo, what the OS reports (under a VM often the nominal
-// clock, not the turbo one), not measured. Zero where unknown (the portable set, or no clock).
+// products per 32-bit lane, two units) and 1024 with AMX-BF16. AMD Zen 4 runs 512-bit arithmetic
+// as two 256-bit halves on the AVX2 units: 32 F32 FLOP with AVX-512 too, 64 with vdpbf16ps. Cores:
+// the GroupLin threads; clock: the first "cpu MHz" of /proc/cpuinfo, what the OS reports (under a
+// VM often the nominal clock, not the turbo one), not measured. Zero where unknown (the portable
+// set, or no clock).
 struct Peak {
   int cores = 0;
   double clock_ghz = 0;
@@ -150,9 +153,10 @@ Peak machine_peak() {
   }
   const kernels::MicroKernels& mk = kernels::micro_kernels();
   const std::string name = mk.name;
-  p.f32_flop_per_cycle = name == "portable" ? 0 : name == "avx2+fma" ? 32 : 64;
+  const int zmm = kernels::detect_cpu().zmm_halves ? 32 : 64;
+  p.f32_flop_per_cycle = name == "portable" ? 0 : name == "avx2+fma" ? 32 : zmm;
   p.bf16_flop_per_cycle = name == "amx-bf16"     ? 1024
-                          : name == "avx512bf16" ? 128
+                          : name == "avx512bf16" ? 2 * zmm
                                                  : p.f32_flop_per_cycle;
   return p;
 }
