@@ -109,13 +109,13 @@ struct MicroKernels {
                     const uint32_t* b, int64_t b_strip, float* c, int64_t ldc, bool accumulate);
   int pair_rows;    // the most rows of one pair_tile call (0 without pair kernels)
   int pair_strips;  // the most strips of one pair_tile call
-  // pair_tile from +0 over any number of rows and the whole depth in one call: the same chains,
-  // the same bits (c[i * ldc + j] = the sum, i < rows, j < 16 * strips). For a set whose
-  // per-call costs (AMX: tile configuration, loading and storing the sums) want long runs, so
-  // that the caller packs B for the whole depth, not per depth block. Null in the other sets.
-  // Requires: rows >= 1, 1 <= strips <= pair_strips, kc >= 1.
+  // pair_tile over any number of rows and a long depth in one call: the same chains, the same
+  // bits (c[i * ldc + j] (+)= the sum, i < rows, j < 16 * strips). For a set whose per-call costs
+  // (AMX: tile configuration, loading and storing the sums) want long runs, so that the caller
+  // packs B for the whole depth (or long blocks of it), not per short depth block. Null in the
+  // other sets. Requires: rows >= 1, 1 <= strips <= pair_strips, kc >= 1.
   void (*pair_block)(int64_t rows, int strips, int64_t kc, const uint16_t* a, int64_t lda,
-                     const uint32_t* b, int64_t b_strip, float* c, int64_t ldc);
+                     const uint32_t* b, int64_t b_strip, float* c, int64_t ldc, bool accumulate);
   // Ends the calling thread's use of what pair_tile and pair_block left set up between calls
   // (AMX: the tile configuration, kept while the shapes repeat): each worker calls it when its
   // share of a grouped GEMM is done. Null where there is nothing to end.

@@ -8,10 +8,12 @@
 // How the work is laid out for the matrix engine (the first version configured the tiles, copied
 // the sums in and out through a stack buffer element by element and released the tiles on every
 // call of one short depth block: a Sapphire Rapids ran it at 4-10% of its BF16 peak):
-// - pair_block runs every row group of a tile over the whole depth: the sums stay in the result
-//   tiles from the first depth to the last, start from _tile_zero, and go from the tiles straight
-//   to the caller's F32 rows (TILESTORED with the caller's stride); per group of 32 depths, only
-//   tile loads and TDPBF16PS.
+// - pair_block runs every row group of a tile over the whole depth (forward, dgrad) or blocks of
+//   it (wgrad, whose A is transposed into scratch a block at a time): the sums stay in the
+//   result tiles from the first depth of the call to the last, start from _tile_zero (or, for
+//   a wgrad block after the first, a load of the previous block's sums), and go from the tiles
+//   straight to the caller's F32 rows (TILESTORED with the caller's stride); per group of 32
+//   depths, only tile loads and TDPBF16PS.
 // - Ragged rows are the configuration's row counts (a tile of 5 rows loads, multiplies and stores
 //   5 rows), not zero-padded copies. The configuration is loaded only when the row counts change
 //   and is kept between calls on the thread; each worker releases it when its share of a grouped
@@ -157,10 +159,10 @@ GROUPLIN_AMX void pair_tile_amx(int mr, int strips, int64_t kc, const uint16_t* 
 
 GROUPLIN_AMX void pair_block_amx(int64_t rows, int strips, int64_t kc, const uint16_t* a,
                                  int64_t lda, const uint32_t* b, int64_t b_strip, float* c,
-                                 int64_t ldc) {
+                                 int64_t ldc, bool accumulate) {
   for (int64_t i = 0; i < rows; i += 2 * kTileRows) {
     const int h = static_cast<int>(std::min<int64_t>(2 * kTileRows, rows - i));
-    row_group(h, strips, kc, a + i * lda, lda, b, b_strip, c + i * ldc, ldc, false);
+    row_group(h, strips, kc, a + i * lda, lda, b, b_strip, c + i * ldc, ldc, accumulate);
   }
 }
 

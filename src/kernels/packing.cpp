@@ -276,4 +276,20 @@ void pack_pairs_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int
   }
 }
 
+void transpose_bf16(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows,
+                    uint16_t* a, int64_t lda) {
+  // Blocks of 16 rows of m: their columns are read from L1 while each row of a is written in
+  // one contiguous run of 32 bytes.
+  constexpr int64_t kBlock = 16;
+  const auto* src = reinterpret_cast<const uint16_t*>(element(m, r0, c0));
+  for (int64_t p0 = 0; p0 < kc; p0 += kBlock) {
+    const int64_t n = std::min(kBlock, kc - p0);
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint16_t* col = src + p0 * m.ld + i;
+      uint16_t* row = a + i * lda + p0;
+      for (int64_t p = 0; p < n; ++p) row[p] = col[p * m.ld];
+    }
+  }
+}
+
 }  // namespace grouplin::kernels

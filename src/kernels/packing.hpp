@@ -86,6 +86,11 @@ void pack_a_cols_of(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int6
 // unpacked wgrad path).
 void gather_cols(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows, float* a);
 
+// a[i * lda + p] = m(r0 + p, c0 + i), i < rows, p < kc, BF16 bits kept: columns of m as BF16
+// rows (wgrad's dy as the pair kernels' A). Requires: m BF16, lda >= kc.
+void transpose_bf16(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t rows,
+                    uint16_t* a, int64_t lda);
+
 // Pair panels (pair_tile's B, micro_kernels.hpp), BF16 bits kept: panel q holds columns
 // 16q..16q+15 as pair_panel_dwords(kc) dwords, pair row r (depths 2r, 2r + 1) at dword r * 16 +
 // column, the lower depth in the low half. Columns past `cols`, the high half of a last odd

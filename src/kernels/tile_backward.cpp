@@ -78,7 +78,8 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
   if (dgrad_pairs(args.expert_rows[static_cast<size_t>(t.expert)], bf16_operands,
                   micro_kernels().pair_tile != nullptr)) {
     const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
-    pair_product(t.rows, t.cols, args.out_features, args.dy, t.row0, acc.c, acc.ldc, s,
+    pair_product(t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true,
+                 acc.c, acc.ldc, s,
                  [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
                    pack_pairs_rows(w, p0, kc, t.col0 + c0, ncols, b);
                  });
@@ -169,6 +170,30 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
   }
   const int64_t first = args.first_row[e];
   const Scratch s = split_scratch(t, scratch);
+  const bool bf16_operands = args.x.dtype == DType::BF16 && args.dy.dtype == DType::BF16;
+  if (wgrad_pairs(t.depth, bf16_operands, micro_kernels().pair_tile != nullptr)) {
+    // A = dyᵀ: the tile's columns of dy, transposed into BF16 rows a block of depth at a time
+    // (the pair kernels read A along the depth); B = rows of x, two interleaved per pair row.
+    auto* at = reinterpret_cast<uint16_t*>(s.a);
+    const Accumulator acc = accumulator_for(g, t.row0, t.col0, false, false, t, s);
+    pair_product(
+        t.rows, t.cols, t.depth,
+        [&](int64_t p0, int64_t kc) {
+          const int64_t lda = round_up(kc, 2 * kPairGroup);
+          transpose_bf16(args.dy, first + p0, kc, t.row0, t.rows, at, lda);
+          return PairA{at, lda};
+        },
+        false, acc.c, acc.ldc, s,
+        [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+          pack_pairs_rows(args.x, first + p0, kc, t.col0 + c0, ncols, b);
+        });
+    if (args.accumulate) {
+      for (int64_t r = 0; r < t.rows; ++r)
+        add_old_gradient(g, t.row0 + r, t, acc.c + r * acc.ldc, s.row);
+    }
+    store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
+    return;
+  }
   const bool direct = t.depth <= kDirectMaxDepth;
   // The unpacked path reads a[i * depth + p] = dy(first + p, row0 + i) and the rows of x.
   F32Rows xr{nullptr, 0};

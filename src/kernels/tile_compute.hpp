@@ -109,6 +109,11 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
 inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && rows > kDirectMaxRows;
 }
+// wgrad (x and dy BF16; the depth is the expert's rows) for experts of more than kDirectMaxDepth
+// rows: dyᵀ transposed into BF16 rows a block at a time, x's rows interleaved into pair panels.
+inline bool wgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
+  return pair_kernels && bf16_operands && rows > kDirectMaxDepth;
+}
 
 // How forward sums row r (counted within its expert) of an expert of `rows` rows: one chain of
 // fused multiply-adds over in_features in order (the broadcast and packed paths: the same bits),

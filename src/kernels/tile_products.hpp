@@ -169,44 +169,65 @@ void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t 
   }
 }
 
+// A of the pair kernels for depths [p0, p0 + kc): BF16 rows from `a` (row i at a + i * lda).
+struct PairA {
+  const uint16_t* a;
+  int64_t lda;
+};
+// BF16 rows read in place: row a_row0 + i of `a`, from column p0 (forward's x, dgrad's dy).
+inline auto pair_rows_in_place(const MatrixRef& a, int64_t a_row0) {
+  const auto* a0 = reinterpret_cast<const uint16_t*>(element(a, a_row0, 0));
+  return [a0, lda = a.ld](int64_t p0, int64_t) { return PairA{a0 + p0, lda}; };
+}
+// Depths per block on a set with pair_block when A is formed in scratch a block at a time (wgrad's
+// dy, transposed): as long as scratch's a piece holds for a tile's rows (rows x 2 * kOuterDepth
+// BF16: 384 rows, 384 KiB).
+inline constexpr int64_t kPairScratchDepth = 2 * kOuterDepth;
+
 // c[rows x cols] (ldc: cols rounded up to 16, scratch) = A · B over `depth` on the pair kernels:
-// A is BF16 rows of `a` from row a_row0 read in place, B packed into pair panels by
-// pack_b(p0, kc, c0, ncols, panels) (depths [p0, p0 + kc), the tile's columns [c0, c0 + ncols)).
-// Whole 16-column strips are computed (the panels are zero-padded), which the scratch's padded
-// rows have room for.
+// A from a_block(p0, kc) (a PairA whose rows cover depths [p0, p0 + kc)), B packed into pair
+// panels by pack_b(p0, kc, c0, ncols, panels) (depths [p0, p0 + kc), the tile's columns
+// [c0, c0 + ncols)). Whole 16-column strips are computed (the panels are zero-padded), which the
+// scratch's padded rows have room for.
 // - Sets with pair_block (AMX): per group of pair_strips strips, B packed for the whole depth
-//   once, then every row of the tile in one call that keeps its sums in the matrix engine from
-//   the first depth to the last (pair_block_floats of scratch: 2 strips x 2048 depths, 128 KiB).
+//   (a_in_place) or blocks of kPairScratchDepth (A formed in scratch) once, then every row of the
+//   tile in one call that keeps its sums in the matrix engine from the first depth of the block
+//   to the last (pair_block_floats of scratch: 2 strips x 2048 depths, 128 KiB).
 // - Others (AVX512-BF16): depth blocks of kOuterDepth outside, strip groups, then row groups
 //   inside: a group's B panels (4 strips, 32 KiB at kc = 256) stay in L1 while every row group
 //   of the tile passes over them.
 // Both give the same bits (the chains depend only on the depth: micro_kernels.hpp).
-template <class PackB>
-void pair_product(int64_t rows, int64_t cols, int64_t depth, const MatrixRef& a, int64_t a_row0,
+template <class BlockA, class PackB>
+void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_block, bool a_in_place,
                   float* c, int64_t ldc, const Scratch& s, const PackB& pack_b) {
   const MicroKernels& mk = micro_kernels();
   auto* panels = reinterpret_cast<uint32_t*>(s.b);
   const int64_t strips = (cols + kOuterCols - 1) / kOuterCols;
-  const auto* a0 = reinterpret_cast<const uint16_t*>(element(a, a_row0, 0));
   if (mk.pair_block != nullptr) {
-    const int64_t b_strip = pair_panel_dwords(depth);
-    for (int64_t j = 0; j < strips; j += mk.pair_strips) {
-      const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
-      const int64_t c0 = j * kOuterCols;
-      pack_b(0, depth, c0, std::min<int64_t>(ns * kOuterCols, cols - c0), panels);
-      mk.pair_block(rows, ns, depth, a0, a.ld, panels, b_strip, c + c0, ldc);
+    const int64_t block = a_in_place ? depth : kPairScratchDepth;
+    for (int64_t p0 = 0; p0 < depth; p0 += block) {
+      const int64_t kc = std::min(block, depth - p0);
+      const int64_t b_strip = pair_panel_dwords(kc);
+      const PairA a = a_block(p0, kc);
+      for (int64_t j = 0; j < strips; j += mk.pair_strips) {
+        const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
+        const int64_t c0 = j * kOuterCols;
+        pack_b(p0, kc, c0, std::min<int64_t>(ns * kOuterCols, cols - c0), panels);
+        mk.pair_block(rows, ns, kc, a.a, a.lda, panels, b_strip, c + c0, ldc, p0 > 0);
+      }
     }
     return;
   }
   for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
     const int64_t kc = std::min(kOuterDepth, depth - p0);
     const int64_t b_strip = pair_panel_dwords(kc);
+    const PairA a = a_block(p0, kc);
     pack_b(p0, kc, 0, cols, panels);
     for (int64_t j = 0; j < strips; j += mk.pair_strips) {
       const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
       for (int64_t i = 0; i < rows; i += mk.pair_rows) {
         const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
-        mk.pair_tile(h, ns, kc, a0 + i * a.ld + p0, a.ld, panels + j * b_strip, b_strip,
+        mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, panels + j * b_strip, b_strip,
                      c + i * ldc + j * kOuterCols, ldc, p0 > 0);
       }
     }

@@ -9,6 +9,7 @@
 // The bits of these paths are checked by emulated_kernels_test.cpp; this file checks only counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "kernels/micro_kernels.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/tile_compute.hpp"
+#include "kernels/tile_products.hpp"
 
 namespace grouplin::kernel_test {
 namespace {
@@ -123,6 +125,41 @@ TEST_F(AmxBudgetTest, DgradKeepsSumsInTilesForTheWholeDepth) {
   tile_counts().reset();
   kernels::grouped_dgrad(dy, splits, w, {}, dx);
   expect_budget(counted(), splits, in, out, 1, 2, "dgrad");
+}
+
+// wgrad (experts of more than kDirectMaxDepth rows): the result tiles are out x in, the depth the
+// expert's rows, its A (dyᵀ) transposed into scratch kPairScratchDepth depths at a time. Within
+// a block the sums stay in the tiles; a longer depth stores them at the end of each block and
+// loads them at the start of the next (one load and one store per tile and block: 16
+// TDPBF16PS each at least).
+TEST_F(AmxBudgetTest, WgradKeepsSumsInTilesForEachDepthBlock) {
+  const int64_t block = kernels::kPairScratchDepth;
+  const std::vector<int64_t> splits = {40, block + 88};
+  const int64_t in = 40, out = 64, t = 40 + block + 88;  // result rows: 2 groups of 16 + 16
+  ASSERT_TRUE(kernels::wgrad_pairs(40, true, true));
+  const Tensor x = random_tensor({t, in}, DType::BF16, 3);
+  const Tensor dy = random_tensor({t, out}, DType::BF16, 4);
+  std::vector<Tensor> dw = {Tensor::zeros({out, in}, DType::BF16),
+                            Tensor::zeros({out, in}, DType::BF16)};
+  kernels::set_num_threads(1);
+  tile_counts().reset();
+  kernels::grouped_wgrad(x, dy, splits, dw, false);
+  const Counted k = counted();
+  int64_t zeros = 0, loads = 0, stores = 0, products = 0;
+  for (int64_t m : splits) {
+    const int64_t tiles = result_tiles(out, in), blocks = (m + block - 1) / block;
+    zeros += tiles;
+    loads += tiles * (blocks - 1);
+    stores += tiles * blocks;
+    for (int64_t p0 = 0; p0 < m; p0 += block)
+      products += tiles * ((std::min(block, m - p0) + 31) / 32);
+  }
+  EXPECT_EQ(k.zeros, zeros) << "every sum starts from TILEZERO";
+  EXPECT_EQ(k.sum_loads, loads) << "sums loaded only at a new depth block";
+  EXPECT_EQ(k.sum_stores, stores) << "one store per result tile and depth block";
+  EXPECT_EQ(k.products, products) << "the whole depth per result tile";
+  EXPECT_EQ(k.configs, 1) << "one row shape (16 + 16 rows), one thread";
+  EXPECT_EQ(k.releases, 1) << "one release per worker per call";
 }
 
 }  // namespace

@@ -266,10 +266,12 @@ TEST_P(KernelSetTest, FmaRowsFp8EqualsAvx2Bits) {
   }
 }
 
-// The documented chain of one pair_tile element: A row a (n BF16 values), B column b (value p at
-// b[p * b_step]), from +0. AVX512-BF16: one vdpbf16ps per pair in order; AMX: per 32 depths, the
-// even and the odd products summed apart, then added to the running sum (x86_emulation.hpp).
-float model_pairs(Level level, const uint16_t* a, const uint16_t* b, int64_t b_step, int64_t n) {
+// The documented chain of one pair_tile element: A row a (value p at a[p * a_step]), B column b
+// (value p at b[p * b_step]), n values each, from +0. AVX512-BF16: one vdpbf16ps per pair in
+// order; AMX: per 32 depths, the even and the odd products summed apart, then added to the
+// running sum (x86_emulation.hpp).
+float model_pairs(Level level, const uint16_t* a, int64_t a_step, const uint16_t* b, int64_t b_step,
+                  int64_t n) {
   using kernels::emulated::bf16_value;
   using kernels::emulated::flush_denormal;
   const auto at = [](const uint16_t* v, int64_t step, int64_t i, int64_t n_) -> uint16_t {
@@ -278,7 +280,7 @@ float model_pairs(Level level, const uint16_t* a, const uint16_t* b, int64_t b_s
   float acc = 0.0f;
   if (level == Level::kAvx512Bf16) {
     for (int64_t q = 0; 2 * q < n; ++q) {
-      const uint32_t ap = at(a, 1, 2 * q, n) | uint32_t{at(a, 1, 2 * q + 1, n)} << 16;
+      const uint32_t ap = at(a, a_step, 2 * q, n) | uint32_t{at(a, a_step, 2 * q + 1, n)} << 16;
       const uint32_t bp = at(b, b_step, 2 * q, n) | uint32_t{at(b, b_step, 2 * q + 1, n)} << 16;
       acc = kernels::emulated::dpbf16_lane(acc, ap, bp);
     }
@@ -288,8 +290,8 @@ float model_pairs(Level level, const uint16_t* a, const uint16_t* b, int64_t b_s
     float even = 0.0f, odd = 0.0f;
     for (int64_t q = 16 * g; q < 16 * g + 16; ++q) {
       even = flush_denormal(
-          std::fma(bf16_value(at(a, 1, 2 * q, n)), bf16_value(at(b, b_step, 2 * q, n)), even));
-      odd = flush_denormal(std::fma(bf16_value(at(a, 1, 2 * q + 1, n)),
+          std::fma(bf16_value(at(a, a_step, 2 * q, n)), bf16_value(at(b, b_step, 2 * q, n)), even));
+      odd = flush_denormal(std::fma(bf16_value(at(a, a_step, 2 * q + 1, n)),
                                     bf16_value(at(b, b_step, 2 * q + 1, n)), odd));
     }
     acc = flush_denormal(acc + flush_denormal(even + odd));
@@ -332,7 +334,7 @@ TEST_P(KernelSetTest, PairTileFollowsItsChainAndWritesOnlyItsTile) {
               continue;
             }
             const float want =
-                model_pairs(GetParam().level, a.data() + i * lda, w.data() + j * kc, 1, kc);
+                model_pairs(GetParam().level, a.data() + i * lda, 1, w.data() + j * kc, 1, kc);
             if (!GetParam().native) {
               ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
                   << "kc " << kc << " mr " << mr << " strips " << strips << " at " << i << "," << j
@@ -396,9 +398,10 @@ TEST_P(KernelSetTest, GroupedGemmMatchesReferenceOnEdgeCases) {
   }
 }
 
-// F32 everywhere, and BF16 wherever the set widens (every operation without pair kernels; wgrad
-// and bgrad always): the AVX2 set's bits. Where BF16 runs on pair kernels, the emulated set gives
-// the model's bits, element by element (forward rows and dgrad rows of the experts on that path).
+// F32 everywhere, and BF16 wherever the set widens (every operation without pair kernels; bgrad
+// always): the AVX2 set's bits. Where BF16 runs on pair kernels, the emulated set gives the
+// model's bits, element by element (forward rows, dgrad rows and weight gradients of the experts
+// on that path).
 TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
   for (const Case& c : cases()) {
     for (DType dt : {DType::F32, DType::BF16}) {
@@ -410,11 +413,25 @@ TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
       Problem got(c, dt, false);
       got.run(c);
       const bool pairs = dt == DType::BF16 && has_pairs();
-      for (size_t e = 0; e < c.splits.size(); ++e) {
-        EXPECT_TRUE(want.wgrads[e].bit_equal(got.wgrads[e])) << "wgrad " << e;
-        EXPECT_TRUE(want.bgrads[e].bit_equal(got.bgrads[e])) << "bgrad " << e;
-      }
       const std::vector<int64_t> first = first_rows(c.splits);
+      for (size_t e = 0; e < c.splits.size(); ++e) {
+        EXPECT_TRUE(want.bgrads[e].bit_equal(got.bgrads[e])) << "bgrad " << e;
+        if (!kernels::wgrad_pairs(c.splits[e], pairs, pairs)) {
+          EXPECT_TRUE(want.wgrads[e].bit_equal(got.wgrads[e])) << "wgrad " << e;
+          continue;
+        }
+        if (GetParam().native) continue;
+        // dW(o, k): column o of dy against column k of x, over the expert's rows.
+        const auto* g = reinterpret_cast<const uint16_t*>(got.dy.data()) + first[e] * c.out;
+        const auto* x = reinterpret_cast<const uint16_t*>(got.x.data()) + first[e] * c.in;
+        const auto* dw = reinterpret_cast<const uint16_t*>(got.wgrads[e].data());
+        for (int64_t o = 0; o < c.out; ++o) {
+          for (int64_t k = 0; k < c.in; ++k) {
+            const float v = model_pairs(GetParam().level, g + o, c.out, x + k, c.in, c.splits[e]);
+            ASSERT_EQ(f32_to_bf16(v), dw[o * c.in + k]) << "wgrad " << e << " at " << o << "," << k;
+          }
+        }
+      }
       for (size_t e = 0; e < c.splits.size(); ++e) {
         const int64_t m = c.splits[e];
         const bool fwd_pairs = kernels::forward_pairs(m, pairs, pairs);
@@ -433,13 +450,13 @@ TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
           const auto* g = reinterpret_cast<const uint16_t*>(got.dy.data()) + r * c.out;
           const auto* dx = reinterpret_cast<const uint16_t*>(got.dx.data()) + r * c.in;
           for (int64_t o = 0; fwd_pairs && o < c.out; ++o) {
-            float v = model_pairs(GetParam().level, x, w + o * c.in, 1, c.in);
+            float v = model_pairs(GetParam().level, x, 1, w + o * c.in, 1, c.in);
             if (c.bias)
               v += bf16_to_f32(reinterpret_cast<const uint16_t*>(got.biases[e].data())[o]);
             ASSERT_EQ(f32_to_bf16(v), y[o]) << "forward row " << r << " col " << o;
           }
           for (int64_t k = 0; dgrad_pairs && k < c.in; ++k) {
-            const float v = model_pairs(GetParam().level, g, w + k, c.in, c.out);
+            const float v = model_pairs(GetParam().level, g, 1, w + k, c.in, c.out);
             ASSERT_EQ(f32_to_bf16(v), dx[k]) << "dgrad row " << r << " col " << k;
           }
         }
