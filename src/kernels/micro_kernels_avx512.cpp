@@ -6,10 +6,13 @@
 // bgrad's row sums and the data movement stay AVX2's: they are memory-bound, and 8-lane partial
 // sums there keep the bits of the AVX2 set.
 //
-// Not measured: this project has had no AVX-512 machine to run it on. Written for the register
-// file and ports of Intel's AVX-512 cores (two 512-bit FMA units, two loads per cycle: per depth
-// step, 24 fused multiply-adds against 4 B loads and 6 broadcasts); tested only under emulation
-// (tests/kernels/emulated_kernels_test.cpp) and, where the CPU has AVX-512F, natively.
+// Written for the register file and ports of Intel's AVX-512 cores (two 512-bit FMA units, two
+// loads per cycle: per depth step, 24 fused multiply-adds against 4 B loads and 6 broadcasts);
+// tested under emulation (tests/kernels/emulated_kernels_test.cpp) and natively where the CPU has
+// AVX-512F. Measured on a Sapphire Rapids (F32 0.45-0.82x dense sgemm) and an AMD Zen 4 (which
+// splits each 512-bit operation in two: F32 within a few percent of the AVX2 set, 0.75-0.97x
+// dense sgemm); docs/PERFORMANCE.md. 2 strips instead of 4 on the Zen 4 (its L1 is 32 KiB) was
+// within noise in an interleaved A/B.
 //
 // Only what this file defines goes into its object: no standard-library inline functions, whose
 // AVX-512 instances the linker could pick for code that runs on any CPU.

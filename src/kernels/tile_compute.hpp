@@ -99,10 +99,12 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // (AVX512-BF16, AMX: MicroKernels::pair_tile, pair_block) run on them, the operands kept BF16,
 // in depth blocks of kOuterDepth (a multiple of 2 * kPairGroup, so that blocking never splits a
 // pair group) or, on AMX, the whole depth at once (pair_product in tile_products.hpp):
-// forward for experts with more rows than forward_dots takes, dgrad for experts with more than
-// kDirectMaxRows rows (the fewer-row paths are memory-bound and stay widened). Decided by the
-// expert's row count, never the tile's, so the tiling does not change which chain a row gets.
-// Not measured (no AVX512-BF16 or AMX machine so far): where the row count should switch.
+// forward for experts with more rows than forward_dots takes, dgrad and wgrad for experts with
+// more than kDirectMaxRows (kDirectMaxDepth) rows (the fewer-row paths are memory- or write-bound
+// and stay widened). Decided by the expert's row count, never the tile's, so the tiling does not
+// change which chain a row gets. On a Zen 4 (AVX512-BF16, 2 threads, same-run GF/s widened /
+// pairs, docs/PERFORMANCE.md) wgrad gained from 16 rows per expert on (qwen3 128 x 1024 x 384:
+// 133 / 161-179); not measured: where exactly each switch should be, and AMX anywhere.
 inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && !forward_dots(rows, true);
 }
