@@ -68,7 +68,7 @@ thread_local int loaded_shape = kNoShape;
 // tmm0-1: results of the first 16 rows (strips 0 and 1), tmm2-3: of the next 16; tmm4-5: their A
 // tiles; tmm6-7: the B strips. Tiles of a row tile without rows are left unconfigured (0 x 0).
 GROUPLIN_AMX void configure(int rows0, int rows1) {
-  const int shape = rows0 * 32 + rows1;
+  const int shape = rows0 * 32 + rows1;  // shape_of(rows0 + rows1)
   if (loaded_shape == shape) return;
   TileConfig cfg;
   const auto set = [&cfg](int t, int rows) {
@@ -157,13 +157,28 @@ GROUPLIN_AMX void pair_tile_amx(int mr, int strips, int64_t kc, const uint16_t* 
   row_group(mr, strips, kc, a, lda, b, b_strip, c, ldc, accumulate);
 }
 
+// The row shape configure() loads for a group of `rows` (1..32) rows.
+int shape_of(int rows) {
+  const int rows0 = std::min(rows, kTileRows);
+  return rows0 * 32 + (rows - rows0);
+}
+
+// Row groups of 32 rows, the ragged last one (rows % 32) first when its shape is the one loaded:
+// a tile whose rows are not a multiple of 32 then loads one configuration per call instead of
+// two (the full groups' and the ragged one's, again for every strip group and depth block).
+// Each row's chain is the same in either order.
 GROUPLIN_AMX void pair_block_amx(int64_t rows, int strips, int64_t kc, const uint16_t* a,
                                  int64_t lda, const uint32_t* b, int64_t b_strip, float* c,
                                  int64_t ldc, bool accumulate) {
-  for (int64_t i = 0; i < rows; i += 2 * kTileRows) {
-    const int h = static_cast<int>(std::min<int64_t>(2 * kTileRows, rows - i));
+  const int64_t full = rows / (2 * kTileRows) * (2 * kTileRows);
+  const int ragged = static_cast<int>(rows - full);
+  const auto group = [&](int64_t i, int h) {
     row_group(h, strips, kc, a + i * lda, lda, b, b_strip, c + i * ldc, ldc, accumulate);
-  }
+  };
+  const bool ragged_first = ragged > 0 && loaded_shape == shape_of(ragged);
+  if (ragged_first) group(full, ragged);
+  for (int64_t i = 0; i < full; i += 2 * kTileRows) group(i, 2 * kTileRows);
+  if (ragged > 0 && !ragged_first) group(full, ragged);
 }
 
 }  // namespace

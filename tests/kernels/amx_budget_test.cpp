@@ -127,6 +127,24 @@ TEST_F(AmxBudgetTest, DgradKeepsSumsInTilesForTheWholeDepth) {
   expect_budget(counted(), splits, in, out, 1, 2, "dgrad");
 }
 
+// Rows that are not a multiple of 32 (48: a group of 16 + 16 and one of 16 + 0) need two
+// configurations; each pair_block call starts with the one left loaded by the last call, so a
+// call loads at most one (alternating groups in a fixed order loaded two per call).
+TEST_F(AmxBudgetTest, RaggedRowsLoadOneConfigurationPerCall) {
+  const std::vector<int64_t> splits = {48, 48, 48};
+  const int64_t in = 64, out = 64;  // one tile per expert, two calls of two strips each
+  const Tensor x = random_tensor({144, in}, DType::BF16, 5);
+  const std::vector<Tensor> w = expert_weights(3, out, in);
+  kernels::set_num_threads(1);
+  Tensor y = Tensor::zeros({144, out}, DType::BF16);
+  tile_counts().reset();
+  kernels::grouped_forward(x, splits, w, {}, {}, y);
+  const Counted k = counted();
+  const int64_t calls = 3 * 2;
+  EXPECT_EQ(k.sum_stores, 3 * result_tiles(48, out));
+  EXPECT_LE(k.configs, calls + 1) << "at most one configuration per call (and the first)";
+}
+
 // wgrad (experts of more than kDirectMaxDepth rows): the result tiles are out x in, the depth the
 // expert's rows, its A (dyᵀ) transposed into scratch kPairScratchDepth depths at a time. Within
 // a block the sums stay in the tiles; a longer depth stores them at the end of each block and
