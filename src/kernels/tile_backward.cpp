@@ -78,11 +78,14 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
   if (dgrad_pairs(args.expert_rows[static_cast<size_t>(t.expert)], bf16_operands,
                   micro_kernels().pair_tile != nullptr)) {
     const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
-    pair_product(t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true,
-                 acc.c, acc.ldc, s,
-                 [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
-                   pack_pairs_rows(w, p0, kc, t.col0 + c0, ncols, b);
-                 });
+    pair_product(
+        t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true, acc.c,
+        acc.ldc, s,
+        [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+          pack_pairs_rows(w, p0, kc, t.col0 + c0, ncols, b);
+        },
+        [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
+        dgrad_first(args, next));
     store_rows(acc, t, args.dx, t.row0, t.col0);
     return;
   }
@@ -186,7 +189,9 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
         false, acc.c, acc.ldc, s,
         [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
           pack_pairs_rows(args.x, first + p0, kc, t.col0 + c0, ncols, b);
-        });
+        },
+        [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
+        wgrad_first(args, next));
     if (args.accumulate) {
       for (int64_t r = 0; r < t.rows; ++r)
         add_old_gradient(g, t.row0 + r, t, acc.c + r * acc.ldc, s.row);

@@ -194,10 +194,14 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
   if (forward_pairs(m, bf16_operands, micro_kernels().pair_tile != nullptr)) {
     const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-    pair_product(t.rows, t.cols, args.in_features, pair_rows_in_place(args.x, t.row0), true, acc.c,
-                 acc.ldc, s, [&](int64_t k0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
-                   pack_pairs_transposed(w, k0, kc, t.col0 + c0, ncols, b);
-                 });
+    pair_product(
+        t.rows, t.cols, args.in_features, pair_rows_in_place(args.x, t.row0), true, acc.c, acc.ldc,
+        s,
+        [&](int64_t k0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+          pack_pairs_transposed(w, k0, kc, t.col0 + c0, ncols, b);
+        },
+        [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
+        forward_first(args, next));
     add_bias_and_store(args, t, acc, s);
     return;
   }

@@ -195,11 +195,14 @@ inline constexpr int64_t kPairScratchDepth = 2 * kOuterDepth;
 //   to the last (pair_block_floats of scratch: 2 strips x 2048 depths, 128 KiB).
 // - Others (AVX512-BF16): depth blocks of kOuterDepth outside, strip groups, then row groups
 //   inside: a group's B panels (4 strips, 32 KiB at kc = 256) stay in L1 while every row group
-//   of the tile passes over them.
+//   of the tile passes over them. While a block computes, what the next block's pack_b will read
+//   (b_source(p0, kc)) is prefetched, spread over its pair_tile calls; during the last block,
+//   `after` (the next tile's first block), as outer_product does.
 // Both give the same bits (the chains depend only on the depth: micro_kernels.hpp).
-template <class BlockA, class PackB>
+template <class BlockA, class PackB, class SourceB>
 void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_block, bool a_in_place,
-                  float* c, int64_t ldc, const Scratch& s, const PackB& pack_b) {
+                  float* c, int64_t ldc, const Scratch& s, const PackB& pack_b,
+                  const SourceB& b_source, const Region& after) {
   const MicroKernels& mk = micro_kernels();
   auto* panels = reinterpret_cast<uint32_t*>(s.b);
   const int64_t strips = (cols + kOuterCols - 1) / kOuterCols;
@@ -218,15 +221,21 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
     }
     return;
   }
+  const int64_t calls =
+      (strips + mk.pair_strips - 1) / mk.pair_strips * ((rows + mk.pair_rows - 1) / mk.pair_rows);
   for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
     const int64_t kc = std::min(kOuterDepth, depth - p0);
     const int64_t b_strip = pair_panel_dwords(kc);
     const PairA a = a_block(p0, kc);
     pack_b(p0, kc, 0, cols, panels);
+    const int64_t next = p0 + kc;
+    Prefetcher prefetch(next < depth ? b_source(next, std::min(kOuterDepth, depth - next)) : after,
+                        calls);
     for (int64_t j = 0; j < strips; j += mk.pair_strips) {
       const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
       for (int64_t i = 0; i < rows; i += mk.pair_rows) {
         const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
+        prefetch.step();
         mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, panels + j * b_strip, b_strip,
                      c + i * ldc + j * kOuterCols, ldc, p0 > 0);
       }
