@@ -34,6 +34,17 @@ void add_old_gradient(const MutableMatrixRef& g, int64_t row, const Tile& t, flo
   for (int64_t j = 0; j < t.cols; ++j) c[j] = old[j] + c[j];
 }
 
+// The tile's sums into its weight gradient (added to the old values when accumulating), streamed.
+void store_gradient(const WgradArgs& args, const Tile& t, const Accumulator& acc,
+                    const Scratch& s) {
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  if (args.accumulate) {
+    for (int64_t r = 0; r < t.rows; ++r)
+      add_old_gradient(g, t.row0 + r, t, acc.c + r * acc.ldc, s.row);
+  }
+  store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
+}
+
 // wgrad of one depth block (few rows per expert: write-bound): x's rows packed once, then each
 // panel of up to 6 gradient rows is formed in L1 and streamed out (added to the old gradient
 // first when accumulating), instead of summing in place in the output or storing the whole tile
@@ -192,11 +203,7 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
         },
         [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
         wgrad_first(args, next));
-    if (args.accumulate) {
-      for (int64_t r = 0; r < t.rows; ++r)
-        add_old_gradient(g, t.row0 + r, t, acc.c + r * acc.ldc, s.row);
-    }
-    store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
+    store_gradient(args, t, acc, s);
     return;
   }
   const bool direct = t.depth <= kDirectMaxDepth;
@@ -242,11 +249,7 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
         [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
         wgrad_first(args, next));
   }
-  if (args.accumulate) {
-    for (int64_t r = 0; r < t.rows; ++r)
-      add_old_gradient(g, t.row0 + r, t, acc.c + r * acc.ldc, s.row);
-  }
-  store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
+  store_gradient(args, t, acc, s);
 }
 
 // Column sums in row order, in scratch (summing in place in an F32 output measured no faster).
