@@ -65,10 +65,17 @@ struct alignas(64) TileConfig {
 constexpr int kNoShape = -1;
 thread_local int loaded_shape = kNoShape;
 
+// The row shape of a group of `rows` (1..32) rows: its first 16-row tile's rows * 32 + the
+// second's.
+int shape_of(int rows) {
+  const int rows0 = std::min(rows, kTileRows);
+  return rows0 * 32 + (rows - rows0);
+}
+
 // tmm0-1: results of the first 16 rows (strips 0 and 1), tmm2-3: of the next 16; tmm4-5: their A
 // tiles; tmm6-7: the B strips. Tiles of a row tile without rows are left unconfigured (0 x 0).
 GROUPLIN_AMX void configure(int rows0, int rows1) {
-  const int shape = rows0 * 32 + rows1;  // shape_of(rows0 + rows1)
+  const int shape = shape_of(rows0 + rows1);
   if (loaded_shape == shape) return;
   TileConfig cfg;
   const auto set = [&cfg](int t, int rows) {
@@ -155,12 +162,6 @@ GROUPLIN_AMX void pair_tile_amx(int mr, int strips, int64_t kc, const uint16_t* 
                                 const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
                                 bool accumulate) {
   row_group(mr, strips, kc, a, lda, b, b_strip, c, ldc, accumulate);
-}
-
-// The row shape configure() loads for a group of `rows` (1..32) rows.
-int shape_of(int rows) {
-  const int rows0 = std::min(rows, kTileRows);
-  return rows0 * 32 + (rows - rows0);
 }
 
 // Row groups of 32 rows, the ragged last one (rows % 32) first when its shape is the one loaded:

@@ -98,7 +98,8 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // BF16 x BF16 products (x or dy and the weights all BF16) on a kernel set with pair kernels
 // (AVX512-BF16, AMX: MicroKernels::pair_tile, pair_block) run on them, the operands kept BF16,
 // in depth blocks of kOuterDepth (a multiple of 2 * kPairGroup, so that blocking never splits a
-// pair group) or, on AMX, the whole depth at once (pair_product in tile_products.hpp):
+// pair group) or, on AMX, the whole depth at once (wgrad: blocks of kPairScratchDepth;
+// pair_product in tile_products.hpp):
 // forward for experts with more rows than forward_dots takes, dgrad and wgrad for experts with
 // more than kDirectMaxRows (kDirectMaxDepth) rows (the fewer-row paths are memory- or write-bound
 // and stay widened). Decided by the expert's row count, never the tile's, so the tiling does not
