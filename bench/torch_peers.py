@@ -22,6 +22,7 @@ Needs PyTorch >= 2.9: the bench-only environment (scripts/bench-env.sh, never us
   python3 bench/torch_peers.py --shapes qwen3,mixtral --rows 4096,16384 --rounds 3
   python3 bench/torch_peers.py --quick          # a seconds-long smoke run
   python3 bench/torch_peers.py --isa amx,avx512bf16,avx512,avx2 --rows 4096   # every set
+  python3 bench/torch_peers.py --ops forward --pack-weights   # forward as an inference server runs it
 """
 
 import argparse
@@ -116,6 +117,9 @@ def main():
                     help="kernel sets to run GroupLin with, one GF/s column each (GROUPLIN_ISA "
                          "values: amx,avx512bf16,avx512,avx2); the first is the one compared with "
                          "PyTorch. Default: the CPU's own choice")
+    ap.add_argument("--pack-weights", action="store_true",
+                    help="GroupLin's BF16 forward reads weights packed once beforehand "
+                         "(GroupedLinear weight packing, for inference)")
     args = ap.parse_args()
     if args.quick:
         args.shapes, args.rows, args.routing, args.ops, args.rounds = (
@@ -124,6 +128,8 @@ def main():
     torch.set_num_threads(threads)
     cmd = [args.grouplin, "bench", "--json", "--shapes", args.shapes, "--rows", args.rows,
            "--routing", args.routing, "--ops", args.ops, "--reps", "2", "--threads", str(threads)]
+    if args.pack_weights:
+        cmd.append("--pack-weights")
     isas = args.isa.split(",") if args.isa else [""]
     best = {}  # (case key, path, dtype) -> GF/s, best of the rounds
     peak_share = {}  # (case key, isa, dtype) -> the set's fraction of its own peak, at its best

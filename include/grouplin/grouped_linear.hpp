@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -27,6 +28,8 @@
 #include "grouplin/tensor.hpp"
 
 namespace grouplin {
+
+class PackedWeightCache;  // nn/packed_weight_cache.hpp
 
 // The environment variable that selects Contiguous when weight_layout is not given.
 inline constexpr const char* kContiguousWeightsEnv = "NVTE_ALLOC_CONTIGUOUS_GROUPED_LINEAR_WEIGHTS";
@@ -74,6 +77,7 @@ class GroupedLinear : public Module {
   // Error(Fp8WeightsNotTrainable) for FP8 weights with fuse_wgrad_accumulation,
   // Error(InvalidEnvironment) (see resolve_weight_layout).
   explicit GroupedLinear(const GroupedLinearOptions& options);
+  ~GroupedLinear() override;
 
   // y [T, out] for x [T, in] whose first m_splits[0] rows go to expert 0, the next m_splits[1]
   // to expert 1, and so on. Keeps x and m_splits for backward.
@@ -98,6 +102,21 @@ class GroupedLinear : public Module {
   // bytes with dy or the saved x). After the first call (which allocates the gradients) no tensor
   // is allocated. Throws as backward, and as forward(x, m_splits, y) does for y.
   void backward(const Tensor& dy, Tensor& dx);
+
+  // Weight packing, for many forwards with the same weights (inference): while on, forward reads
+  // the weights from a copy in the layout the matrix kernels multiply (BF16 weights and
+  // activations on a CPU whose kernels take BF16 pairs: AVX512-BF16, AMX; elsewhere nothing is
+  // kept), made at the first forward and again, expert by expert, after a weight's bytes change
+  // through GroupLin (any mutable_data of their storage: sgd_step, load_state_dict, copy_from).
+  // Same bits as without; costs packed_weight_bytes() (about the BF16 weights' size). Off by
+  // default; off frees the copy.
+  void set_weight_packing(bool on);
+  bool weight_packing() const { return packed_ != nullptr; }
+  size_t packed_weight_bytes() const;
+  // Tells the packing that the weights were written where GroupLin cannot see (through a pointer
+  // taken before, a NumPy or PyTorch view, memory a borrowed weight aliases): the next forward
+  // packs them again.
+  void mark_weights_written();
 
   const GroupedLinearOptions& options() const { return options_; }
   WeightLayout layout() const { return layout_; }  // of the weights
@@ -149,6 +168,7 @@ class GroupedLinear : public Module {
   std::vector<int64_t> saved_splits_;
   bool has_saved_ = false;
   bool grads_allocated_ = false;
+  std::unique_ptr<PackedWeightCache> packed_;  // while weight packing is on
 };
 
 }  // namespace grouplin

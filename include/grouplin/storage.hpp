@@ -10,6 +10,7 @@
 // thread-safe for concurrent writes to the same bytes; the counters below are atomic.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,15 +31,28 @@ class Storage {
   static std::shared_ptr<Storage> wrap_writable(std::byte* data, size_t nbytes,
                                                 std::shared_ptr<const void> owner);
 
+  // A read-only alias of `source`'s bytes that keeps it alive and reports its generation()
+  // (Tensor::read_only).
+  static std::shared_ptr<Storage> read_only_alias(std::shared_ptr<Storage> source);
+
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   const std::byte* data() const { return data_; }
-  // Throws Error(ReadOnlyTensor) for borrowed read-only memory.
+  // Throws Error(ReadOnlyTensor) for borrowed read-only memory. Starts a new generation().
   std::byte* mutable_data();
   size_t size() const { return size_; }
   bool writable() const { return writable_; }
+
+  // A number, unique in the process, that changes whenever the bytes may have been written
+  // through GroupLin: at creation and at every mutable_data() (so every copy_from, zero, load and
+  // optimizer step). What is derived from the bytes (packed weights) is valid while it stays the
+  // same. Writes it cannot see (through a pointer taken before, or memory borrowed from NumPy,
+  // PyTorch or an engine) need mark_written().
+  uint64_t generation() const;
+  // Starts a new generation(): the bytes were written some other way.
+  void mark_written();
 
  private:
   Storage(std::byte* data, size_t size, bool owned, bool writable,
@@ -49,6 +63,8 @@ class Storage {
   bool owned_;     // freed with the storage
   bool writable_;  // mutable_data() hands out a pointer
   std::shared_ptr<const void> owner_;
+  std::atomic<uint64_t> generation_;
+  Storage* alias_of_ = nullptr;  // read_only_alias: whose generation this reports
 };
 
 }  // namespace grouplin

@@ -260,6 +260,24 @@ class GroupedLinear:
         dx = self._core.backward(array, kind, framework)
         return self._out(dx, framework, self.activation_dtype)
 
+    def set_weight_packing(self, on: bool = True) -> None:
+        """For many forwards with the same weights (inference): forward reads the weights from
+        a copy in the layout the matrix kernels multiply (BF16 weights and activations on a CPU
+        with AVX512-BF16 or AMX; elsewhere nothing is kept), made at the first forward and again
+        after a change through GroupLin (load_state_dict). Same results; costs
+        ``packed_weight_bytes``. Writes through views (``expert_weight``, ``state_dict``) are not
+        seen: call ``mark_weights_written`` after them."""
+        self._core.set_weight_packing(bool(on))
+
+    weight_packing = property(lambda self: self._core.weight_packing,
+                              doc="Whether weight packing is on.")
+    packed_weight_bytes = property(lambda self: self._core.packed_weight_bytes,
+                                   doc="Bytes of the packed copy of the weights.")
+
+    def mark_weights_written(self) -> None:
+        """The weights were written through views: the next forward packs them again."""
+        self._core.mark_weights_written()
+
     def _view(self, getter: Callable[[int, str], Any], i: int, dtype: str) -> Any:
         v = getter(i, "numpy")
         return None if v is None else numpy_view(v, dtype)

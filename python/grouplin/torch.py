@@ -78,6 +78,7 @@ class GroupedLinear(_torch.nn.Module):
                                          else _dtype_name(activation_dtype),
                                          weight_layout, bias_layout, seed, False)
         self._lock = threading.Lock()
+        self._packed_versions: Any = None  # the weights' (name, address, version) when packed
         self._bind()
 
     def _dtype_of(self, name: str) -> str:
@@ -106,9 +107,34 @@ class GroupedLinear(_torch.nn.Module):
     def _ordered_params(self) -> List[_torch.Tensor]:
         return [getattr(self, name) for name, _, _ in self._core.parameters("torch")]
 
+    def set_weight_packing(self, on: bool = True) -> None:
+        """Forward reads the weights from a packed copy, for many forwards with the same
+        weights (``grouplin.GroupedLinear.set_weight_packing``). Writes by PyTorch (an optimizer
+        step, ``load_state_dict``, any in-place op on a parameter) are seen through the
+        parameters' version counters: the next forward packs again."""
+        with self._lock:
+            self._core.set_weight_packing(bool(on))
+            self._packed_versions = None
+
+    weight_packing = property(lambda self: self._core.weight_packing)
+    packed_weight_bytes = property(lambda self: self._core.packed_weight_bytes)
+
+    def _note_weight_writes(self) -> None:
+        """With weight packing on: tells the layer when PyTorch wrote a weight since the last
+        forward (its version counter moved), which the layer cannot see itself."""
+        if not self._core.weight_packing:
+            return
+        versions = tuple((name, t.data_ptr(), t._version) for name, t in
+                         list(self._parameters.items()) + list(self._buffers.items())
+                         if t is not None and name.startswith("weight"))
+        if versions != self._packed_versions:
+            self._core.mark_weights_written()
+            self._packed_versions = versions
+
     def _run_forward(self, x: _torch.Tensor, m_splits: List[int]) -> Any:
         array, kind = to_raw(x, "x")
         with self._lock:
+            self._note_weight_writes()
             y = self._core.forward(array, kind, m_splits, "torch")
             return y, self._core.forwards
 
@@ -117,6 +143,7 @@ class GroupedLinear(_torch.nn.Module):
         array, kind = to_raw(dy, "dy")
         with self._lock:
             if self._core.forwards != token:  # another forward came since: redo this one
+                self._note_weight_writes()
                 x_array, x_kind = to_raw(x, "x")
                 self._core.forward(x_array, x_kind, m_splits, "torch")
             dx = self._core.backward(array, kind, "torch")
@@ -155,6 +182,15 @@ class GroupedLinear(_torch.nn.Module):
                 if current.data_ptr() != value.data_ptr():
                     current.data = torch_view(value, self._dtype_of(name))
         return report
+
+    def get_extra_state(self) -> Any:
+        """TransformerEngine's ``_extra_state`` entry, which this layer keeps as a buffer of that
+        name: torch's ``state_dict`` writes it as it is."""
+        return self._buffers.get("_extra_state")
+
+    def set_extra_state(self, state: Any) -> None:
+        """torch's ``load_state_dict`` loads ``_extra_state`` with the other buffers; defined so
+        that a strict load of this layer's own ``state_dict`` does not call it unexpected."""
 
     def extra_repr(self) -> str:
         """The sizes and layout, for print(module)."""

@@ -85,6 +85,25 @@ class Layer {
     return array_from_tensor(dx, f);
   }
 
+  void set_weight_packing(bool on) {
+    nb::gil_scoped_release unlocked;
+    std::lock_guard<std::mutex> lock(mu_);
+    layer_->set_weight_packing(on);
+  }
+  bool weight_packing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return layer_->weight_packing();
+  }
+  size_t packed_weight_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return layer_->packed_weight_bytes();
+  }
+  void mark_weights_written() {
+    nb::gil_scoped_release unlocked;
+    std::lock_guard<std::mutex> lock(mu_);
+    layer_->mark_weights_written();
+  }
+
   // A tensor read under the layer's lock (a load may be replacing it meanwhile).
   template <class Read>
   nb::object locked_view(Read read, const std::string& framework) {
@@ -212,6 +231,13 @@ void bind_layer(nb::module_& m) {
            nb::arg("framework"), "y [T, out] for x [T, in]; keeps x for backward.")
       .def("backward", &Layer::backward, nb::arg("dy"), nb::arg("dtype").none(),
            nb::arg("framework"), "dx [T, in] for dy [T, out]; fills the gradients.")
+      .def("set_weight_packing", &Layer::set_weight_packing, nb::arg("on"),
+           "Forward reads the weights from a packed copy (GroupedLinear::set_weight_packing).")
+      .def("mark_weights_written", &Layer::mark_weights_written,
+           "The weights were written through views: the next forward packs them again.")
+      .def_prop_ro("weight_packing", &Layer::weight_packing, "Whether weight packing is on.")
+      .def_prop_ro("packed_weight_bytes", &Layer::packed_weight_bytes,
+                   "Bytes of the packed copy (0 where the kernels would not read one).")
       .def("parameters", &Layer::parameters, nb::arg("framework"),
            "[(name, value view, grad view or None)] in registration order.")
       .def("state_dict", &Layer::state_dict, nb::arg("prefix"), nb::arg("framework"),

@@ -18,12 +18,22 @@ constexpr size_t kHugePage = size_t{2} << 20;
 std::atomic<uint64_t> g_allocations{0};
 std::atomic<uint64_t> g_allocated_bytes{0};
 std::atomic<uint64_t> g_copied_bytes{0};
+// Generations are drawn from one counter, so that a storage allocated where a freed one was
+// never repeats its generation.
+std::atomic<uint64_t> g_generation{0};
+
+uint64_t next_generation() { return g_generation.fetch_add(1, std::memory_order_relaxed) + 1; }
 
 }  // namespace
 
 Storage::Storage(std::byte* data, size_t size, bool owned, bool writable,
                  std::shared_ptr<const void> owner)
-    : data_(data), size_(size), owned_(owned), writable_(writable), owner_(std::move(owner)) {}
+    : data_(data),
+      size_(size),
+      owned_(owned),
+      writable_(writable),
+      owner_(std::move(owner)),
+      generation_(next_generation()) {}
 
 Storage::~Storage() {
   if (owned_) std::free(data_);
@@ -66,6 +76,15 @@ std::shared_ptr<Storage> Storage::wrap_writable(std::byte* data, size_t nbytes,
   return std::shared_ptr<Storage>(new Storage(data, nbytes, false, true, std::move(owner)));
 }
 
+std::shared_ptr<Storage> Storage::read_only_alias(std::shared_ptr<Storage> source) {
+  Storage* of = source->alias_of_ != nullptr ? source->alias_of_ : source.get();
+  const std::byte* data = source->data();
+  const size_t size = source->size();
+  std::shared_ptr<Storage> alias = wrap(data, size, std::move(source));
+  alias->alias_of_ = of;
+  return alias;
+}
+
 std::byte* Storage::mutable_data() {
   if (!writable_) {
     throw Error(
@@ -73,7 +92,18 @@ std::byte* Storage::mutable_data() {
         "writing to read-only storage of " + std::to_string(size_) +
             " bytes (borrowed read-only memory: a file mapping or a const buffer); copy it first");
   }
+  mark_written();
   return data_;
+}
+
+uint64_t Storage::generation() const {
+  const Storage* s = alias_of_ != nullptr ? alias_of_ : this;
+  return s->generation_.load(std::memory_order_acquire);
+}
+
+void Storage::mark_written() {
+  Storage* s = alias_of_ != nullptr ? alias_of_ : this;
+  s->generation_.store(next_generation(), std::memory_order_release);
 }
 
 namespace detail {

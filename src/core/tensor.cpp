@@ -139,7 +139,7 @@ Tensor Tensor::read_only() const {
   // A read-only alias of the storage, keeping it alive: what storage() hands out then refuses
   // writes too (Storage::mutable_data, Tensor::view_of over it), not only this view.
   if (storage_ && storage_->writable()) {
-    t.storage_ = Storage::wrap(storage_->data(), storage_->size(), storage_);
+    t.storage_ = Storage::read_only_alias(storage_);
   }
   return t;
 }

@@ -133,9 +133,11 @@ void resolve_kernels() { (void)micro_kernels(); }
 
 void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
                      std::span<const Tensor> weights, std::span<const Tensor> weight_scales,
-                     std::span<const Tensor> biases, Tensor& y) {
+                     std::span<const Tensor> biases, Tensor& y,
+                     std::span<const std::byte* const> packed) {
   resolve_kernels();
   ForwardArgs args;
+  for (const std::byte* p : packed) args.packed.push_back(reinterpret_cast<const uint32_t*>(p));
   args.x = matrix(x);
   args.in_features = x.dim(1);
   args.y = mutable_matrix(y);

@@ -50,9 +50,12 @@ namespace grouplin::kernels {
 // [ceil(out / kFp8Block), ceil(in / kFp8Block)] (micro_kernels.hpp: 128) (empty for F32 and BF16
 // weights); they compute as F32 weights holding their dequantized values (code x scale, one F32
 // multiply) would, bit for bit, beside x of either dtype (BF16 widened exactly).
+// packed: empty, or per expert its weights packed by pack_forward_weights (packed_weights.hpp)
+// from their current values, or null; used where the tile runs on pair kernels (same bits).
 void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
                      std::span<const Tensor> weights, std::span<const Tensor> weight_scales,
-                     std::span<const Tensor> biases, Tensor& y);
+                     std::span<const Tensor> biases, Tensor& y,
+                     std::span<const std::byte* const> packed = {});
 
 // dx_i = dy_i · W_i. Writes every row of dx. FP8 weights as grouped_forward's (dy's dtype).
 void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,

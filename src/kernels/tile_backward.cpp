@@ -94,6 +94,7 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
         acc.ldc, s,
         [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
           pack_pairs_rows(w, p0, kc, t.col0 + c0, ncols, b);
+          return packed_in_scratch(b, kc);
         },
         [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
         dgrad_first(args, next));
@@ -200,6 +201,7 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
         false, acc.c, acc.ldc, s,
         [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
           pack_pairs_rows(args.x, first + p0, kc, t.col0 + c0, ncols, b);
+          return packed_in_scratch(b, kc);
         },
         [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
         wgrad_first(args, next));

@@ -150,6 +150,9 @@ struct ForwardArgs {
   std::vector<int64_t> first_row;    // per expert: its first row of x and y
   MutableMatrixRef y;                // [T, out]
   int64_t in_features = 0;
+  // Empty, or per expert its BF16 weights packed for their whole depth (packed_weights.hpp), or
+  // null: what pair tiles whose columns start on a 16-column strip read instead of packing.
+  std::vector<const uint32_t*> packed;
 };
 void forward_tile(const ForwardArgs& args, const Tile& tile, const Tile* next, float* scratch);
 

@@ -174,9 +174,39 @@ void add_bias_and_store(const ForwardArgs& args, const Tile& t, const Accumulato
   store_rows(acc, t, args.y, t.row0, t.col0);
 }
 
+// Expert e's packed weights for tile t (null: pack them per tile). A tile whose columns start
+// off a strip (finer tilings in tests) packs its own.
+const uint32_t* packed_for(const ForwardArgs& args, const Tile& t) {
+  if (args.packed.empty() || t.col0 % kOuterCols != 0) return nullptr;
+  return args.packed[static_cast<size_t>(t.expert)];
+}
+
+// The window of packed weights p for depths [k0, k0 + kc) and the tile's columns c0.. (relative
+// to the tile's first): strips of pair_panel_dwords(in) dwords, pair row k0 / 2 of each.
+PairB packed_window(const uint32_t* p, const ForwardArgs& args, const Tile& t, int64_t k0,
+                    int64_t c0) {
+  const int64_t strip = pair_panel_dwords(args.in_features);
+  return {p + (t.col0 + c0) / kOuterCols * strip + k0 / 2 * kOuterCols, strip};
+}
+
+// The bytes of that window for `cols` columns, as a Region of one row per strip.
+Region packed_region(const uint32_t* p, const ForwardArgs& args, const Tile& t, int64_t k0,
+                     int64_t kc) {
+  const PairB b = packed_window(p, args, t, k0, 0);
+  return {reinterpret_cast<const std::byte*>(b.panels),
+          b.strip * static_cast<int64_t>(sizeof(uint32_t)), (t.cols + kOuterCols - 1) / kOuterCols,
+          (kc + 1) / 2 * kOuterCols * static_cast<int64_t>(sizeof(uint32_t))};
+}
+
 // What each operation's tile streams first, for prefetching it from the tile before.
 Region forward_first(const ForwardArgs& args, const Tile* t) {
   if (t == nullptr) return {};
+  const uint32_t* packed = packed_for(args, *t);
+  if (packed != nullptr && args.x.dtype == DType::BF16 &&
+      forward_pairs(args.expert_rows[static_cast<size_t>(t->expert)], true,
+                    micro_kernels().pair_tile != nullptr)) {
+    return packed_region(packed, args, *t, 0, std::min(kOuterDepth, args.in_features));
+  }
   const MatrixRef& w = args.weights[static_cast<size_t>(t->expert)];
   const int64_t depth =
       forward_dots(args.expert_rows[static_cast<size_t>(t->expert)], bf16_values(w)) ? kDotDepth
@@ -194,13 +224,19 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
   if (forward_pairs(m, bf16_operands, micro_kernels().pair_tile != nullptr)) {
     const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+    const uint32_t* packed = packed_for(args, t);
     pair_product(
         t.rows, t.cols, args.in_features, pair_rows_in_place(args.x, t.row0), true, acc.c, acc.ldc,
         s,
         [&](int64_t k0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+          if (packed != nullptr) return packed_window(packed, args, t, k0, c0);
           pack_pairs_transposed(w, k0, kc, t.col0 + c0, ncols, b);
+          return packed_in_scratch(b, kc);
         },
-        [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
+        [&](int64_t k0, int64_t kc) {
+          return packed != nullptr ? packed_region(packed, args, t, k0, kc)
+                                   : region_of(w, t.col0, t.cols, k0, kc);
+        },
         forward_first(args, next));
     add_bias_and_store(args, t, acc, s);
     return;

@@ -184,11 +184,23 @@ inline auto pair_rows_in_place(const MatrixRef& a, int64_t a_row0) {
 // BF16: 384 rows, 384 KiB).
 inline constexpr int64_t kPairScratchDepth = 2 * kOuterDepth;
 
+// B of the pair kernels: pair panels (packing.hpp) for a range of depths and 16-column strips,
+// strip j at panels + j * strip. Packed into scratch a block at a time (strip =
+// pair_panel_dwords(kc)), or a window into weights packed once for their whole depth
+// (packed_weights.hpp: strip = pair_panel_dwords(in_features)); the same dwords either way.
+struct PairB {
+  const uint32_t* panels;
+  int64_t strip;
+};
+inline PairB packed_in_scratch(const uint32_t* panels, int64_t kc) {
+  return {panels, pair_panel_dwords(kc)};
+}
+
 // c[rows x cols] (ldc: cols rounded up to 16, scratch) = A · B over `depth` on the pair kernels:
-// A from a_block(p0, kc) (a PairA whose rows cover depths [p0, p0 + kc)), B packed into pair
-// panels by pack_b(p0, kc, c0, ncols, panels) (depths [p0, p0 + kc), the tile's columns
-// [c0, c0 + ncols)). Whole 16-column strips are computed (the panels are zero-padded), which the
-// scratch's padded rows have room for.
+// A from a_block(p0, kc) (a PairA whose rows cover depths [p0, p0 + kc)), B from
+// pair_b(p0, kc, c0, ncols, scratch) (a PairB for depths [p0, p0 + kc) and the tile's columns
+// [c0, c0 + ncols), packed into `scratch` or pointing elsewhere). Whole 16-column strips are
+// computed (the panels are zero-padded), which the scratch's padded rows have room for.
 // - Sets with pair_block (AMX): per group of pair_strips strips, B packed for the whole depth
 //   (a_in_place) or blocks of kPairScratchDepth (A formed in scratch) once, then every row of the
 //   tile in one call that keeps its sums in the matrix engine from the first depth of the block
@@ -199,9 +211,9 @@ inline constexpr int64_t kPairScratchDepth = 2 * kOuterDepth;
 //   (b_source(p0, kc)) is prefetched, spread over its pair_tile calls; during the last block,
 //   `after` (the next tile's first block), as outer_product does.
 // Both give the same bits (the chains depend only on the depth: micro_kernels.hpp).
-template <class BlockA, class PackB, class SourceB>
+template <class BlockA, class BlockB, class SourceB>
 void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_block, bool a_in_place,
-                  float* c, int64_t ldc, const Scratch& s, const PackB& pack_b,
+                  float* c, int64_t ldc, const Scratch& s, const BlockB& pair_b,
                   const SourceB& b_source, const Region& after) {
   const MicroKernels& mk = micro_kernels();
   auto* panels = reinterpret_cast<uint32_t*>(s.b);
@@ -210,13 +222,12 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
     const int64_t block = a_in_place ? depth : kPairScratchDepth;
     for (int64_t p0 = 0; p0 < depth; p0 += block) {
       const int64_t kc = std::min(block, depth - p0);
-      const int64_t b_strip = pair_panel_dwords(kc);
       const PairA a = a_block(p0, kc);
       for (int64_t j = 0; j < strips; j += mk.pair_strips) {
         const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
         const int64_t c0 = j * kOuterCols;
-        pack_b(p0, kc, c0, std::min<int64_t>(ns * kOuterCols, cols - c0), panels);
-        mk.pair_block(rows, ns, kc, a.a, a.lda, panels, b_strip, c + c0, ldc, p0 > 0);
+        const PairB b = pair_b(p0, kc, c0, std::min<int64_t>(ns * kOuterCols, cols - c0), panels);
+        mk.pair_block(rows, ns, kc, a.a, a.lda, b.panels, b.strip, c + c0, ldc, p0 > 0);
       }
     }
     return;
@@ -225,9 +236,8 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
       (strips + mk.pair_strips - 1) / mk.pair_strips * ((rows + mk.pair_rows - 1) / mk.pair_rows);
   for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
     const int64_t kc = std::min(kOuterDepth, depth - p0);
-    const int64_t b_strip = pair_panel_dwords(kc);
     const PairA a = a_block(p0, kc);
-    pack_b(p0, kc, 0, cols, panels);
+    const PairB b = pair_b(p0, kc, 0, cols, panels);
     const int64_t next = p0 + kc;
     Prefetcher prefetch(next < depth ? b_source(next, std::min(kOuterDepth, depth - next)) : after,
                         calls);
@@ -236,7 +246,7 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
       for (int64_t i = 0; i < rows; i += mk.pair_rows) {
         const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
         prefetch.step();
-        mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, panels + j * b_strip, b_strip,
+        mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
                      c + i * ldc + j * kOuterCols, ldc, p0 > 0);
       }
     }

@@ -8,6 +8,7 @@
 #include "grouplin/error.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "nn/init.hpp"
+#include "nn/packed_weight_cache.hpp"
 
 namespace grouplin {
 
@@ -351,10 +352,31 @@ void GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits, 
     if (options_.params_dtype == DType::F8_E4M3) scales.push_back(expert_weight_scale(i));
     if (options_.bias) biases.push_back(expert_bias(i));
   }
-  kernels::grouped_forward(x, m_splits, weights, scales, biases, y);
+  std::vector<const std::byte*> packed;
+  if (packed_) packed = packed_->refresh(weights, x.dtype());
+  kernels::grouped_forward(x, m_splits, weights, scales, biases, y, packed);
   saved_x_ = x;
   saved_splits_.assign(m_splits.begin(), m_splits.end());
   has_saved_ = true;
+}
+
+GroupedLinear::~GroupedLinear() = default;
+
+void GroupedLinear::set_weight_packing(bool on) {
+  if (!on) {
+    packed_.reset();
+  } else if (!packed_) {
+    packed_ = std::make_unique<PackedWeightCache>();
+  }
+}
+
+size_t GroupedLinear::packed_weight_bytes() const { return packed_ ? packed_->bytes() : 0; }
+
+void GroupedLinear::mark_weights_written() {
+  for (int64_t i = 0; i < num_gemms(); ++i) {
+    const Tensor w = expert_weight(i);
+    if (w.defined()) w.storage()->mark_written();
+  }
 }
 
 void GroupedLinear::allocate_grads() {

@@ -283,5 +283,38 @@ TEST(StorageTest, WrappedMemoryIsReadOnlyAndKeepsItsOwnerAlive) {
   EXPECT_TRUE(weak_owner.expired());
 }
 
+// generation() changes with every write GroupLin hands out a pointer for, and only then; never
+// repeats between storages; a read-only alias reports (and marks) its source's.
+TEST(StorageTest, GenerationChangesWithEveryWriteThroughGroupLin) {
+  Tensor t = Tensor::zeros({4}, DType::F32);
+  const Tensor other = Tensor::zeros({4}, DType::F32);
+  EXPECT_NE(t.storage()->generation(), other.storage()->generation());
+  uint64_t g = t.storage()->generation();
+  const auto changed = [&](const char* by) {
+    const uint64_t now = t.storage()->generation();
+    EXPECT_NE(now, g) << by;
+    g = now;
+  };
+  (void)t.data();
+  (void)t.clone();
+  EXPECT_EQ(t.storage()->generation(), g) << "reads";
+  t.mutable_data();
+  changed("mutable_data");
+  t.select(1).copy_from(Tensor::from_f32({}, std::vector<float>{2.0f}));
+  changed("copy_from into a view");
+  t.zero();
+  changed("zero");
+  t.storage()->mark_written();
+  changed("mark_written");
+  const Tensor alias = t.read_only();
+  EXPECT_NE(alias.storage(), t.storage());
+  EXPECT_EQ(alias.storage()->generation(), g);
+  t.rows(0, 2).zero();
+  changed("zero of rows");
+  EXPECT_EQ(alias.storage()->generation(), g) << "the alias reports its source's";
+  alias.storage()->mark_written();
+  changed("mark_written of the alias");
+}
+
 }  // namespace
 }  // namespace grouplin

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/isa.hpp"
+#include "kernels/packed_weights.hpp"
 
 namespace {
 
@@ -67,6 +68,29 @@ TEST(BenchCommandTest, Fp8RunComparesWithBf16AndCopy) {
   EXPECT_EQ(seen, want);
   ASSERT_EQ(fp8["goals"].size(), 2u);
   EXPECT_EQ(fp8["goals"][0]["cases"], 4);
+}
+
+// --pack-weights packs the BF16 weights once where the kernels read them packed (and says how
+// many bytes), nothing elsewhere; without it nothing is packed.
+TEST(BenchCommandTest, PackWeightsPacksWhereTheKernelsReadPackedWeights) {
+  const std::string run =
+      "--quick --shapes qwen3 --rows 512 --routing uniform --ops forward --dtype bf16 --reps 1 "
+      "--threads 2 --json";
+  const Output packed = run_cli(run + " --pack-weights"), plain = run_cli(run);
+  ASSERT_EQ(packed.exit_code, 0) << packed.out;
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  const nlohmann::json p = nlohmann::json::parse(packed.out), u = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(u["packed_weight_bytes"], 0);
+  ASSERT_EQ(p["results"].size(), 1u);
+  const auto& r = p["results"][0];
+  EXPECT_GT(r["bf16"]["grouplin_gflops"].get<double>(), 0.0);
+  if (grouplin::kernels::forward_weights_packable(grouplin::DType::BF16, grouplin::DType::BF16)) {
+    // Every expert's BF16 weights, as pairs: at least their bytes.
+    EXPECT_GE(p["packed_weight_bytes"].get<size_t>(),
+              r["experts"].get<size_t>() * r["in"].get<size_t>() * r["out"].get<size_t>() * 2);
+  } else {
+    EXPECT_EQ(p["packed_weight_bytes"], 0) << "packed for kernels that widen BF16";
+  }
 }
 
 TEST(BenchCommandTest, TinyRunPrintsResultsAndGoalsAsJson) {

@@ -177,6 +177,27 @@ def test_one_layer_on_several_threads(rng):
         assert got[k].tobytes() == want[k].tobytes()
 
 
+def test_weight_packing_needs_mark_weights_written_after_writes_through_views(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    packed, plain = (grouplin.GroupedLinear(2, 64, 32, params_dtype="BF16", seed=1)
+                     for _ in range(2))
+    packed.set_weight_packing()
+    x = rng.standard_normal((40, 64)).astype(ml_dtypes.bfloat16)
+    splits = [8, 32]
+    assert np.array_equal(packed.forward(x, splits), plain.forward(x, splits))
+    if packed.packed_weight_bytes == 0:
+        pytest.skip("this CPU's kernels widen BF16 (no AVX512-BF16 or AMX): nothing is packed")
+    for m in (packed, plain):
+        m.expert_weight(1)[...] = 0
+    assert not np.array_equal(packed.forward(x, splits), plain.forward(x, splits))  # not seen
+    packed.mark_weights_written()
+    assert np.array_equal(packed.forward(x, splits), plain.forward(x, splits))
+    plain.load_state_dict(grouplin.GroupedLinear(2, 64, 32, params_dtype="BF16",
+                                                 seed=2).state_dict())
+    packed.load_state_dict(plain.state_dict())  # a load is seen without being told
+    assert np.array_equal(packed.forward(x, splits), plain.forward(x, splits))
+
+
 def test_torch_tensors_in_give_torch_tensors_out(rng):
     import torch
     layer = grouplin.GroupedLinear(2, 4, 3, seed=1)

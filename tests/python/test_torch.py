@@ -161,6 +161,55 @@ def test_bf16_tensors_in_and_out():
     torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_weight_packing_sees_what_pytorch_writes(layout):
+    """With weight packing on, every write PyTorch makes to the weights (an optimizer step, torch's
+    own load_state_dict, an in-place op) is seen by the next forward: the packed layer gives the
+    bits of an unpacked twin throughout."""
+    torch.manual_seed(3)
+    n, splits = 3, [1, 20, 33]
+    packed, plain = (gtorch.GroupedLinear(n, 96, 40, params_dtype=torch.bfloat16,
+                                          weight_layout=layout, seed=5) for _ in range(2))
+    packed.set_weight_packing(True)
+    assert packed.weight_packing and not plain.weight_packing
+    x = torch.randn(sum(splits), 96).bfloat16()
+
+    def same(after):
+        with torch.no_grad():
+            assert torch.equal(packed(x, splits), plain(x, splits)), after
+
+    same("the first forward")
+    if packed.packed_weight_bytes == 0:
+        pytest.skip("this CPU's kernels widen BF16 (no AVX512-BF16 or AMX): nothing is packed")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (packed, plain)]
+    for m, opt in zip((packed, plain), opts):
+        opt.zero_grad()
+        m(x, splits).float().square().sum().backward()
+        opt.step()
+    same("an optimizer step")
+    state = gtorch.GroupedLinear(n, 96, 40, params_dtype=torch.bfloat16, weight_layout=layout,
+                                 seed=9).state_dict()
+    packed.load_state_dict(state)
+    plain.load_state_dict(state)
+    same("torch's load_state_dict")
+    with torch.no_grad():
+        for m in (packed, plain):
+            next(p for name, p in m.named_parameters() if name.startswith("weight")).mul_(-2)
+    same("an in-place op")
+    packed.set_weight_packing(False)
+    assert packed.packed_weight_bytes == 0
+
+
+def test_torch_load_state_dict_takes_the_layers_own_state_dict():
+    a = gtorch.GroupedLinear(2, 6, 5, seed=1)
+    b = gtorch.GroupedLinear(2, 6, 5, seed=2)
+    state = a.state_dict()
+    assert "_extra_state" in state
+    b.load_state_dict(state)  # strict: nothing missing, nothing unexpected
+    for name, value in a.state_dict().items():
+        assert torch.equal(b.state_dict()[name], value), name
+
+
 def test_state_dict_round_trip_through_torch_save_into_another_layout(tmp_path):
     a = gtorch.GroupedLinear(3, 6, 5, weight_layout="per-expert", seed=7)
     torch.save(a.state_dict(), str(tmp_path / "a.pt"))

@@ -20,6 +20,7 @@
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/isa.hpp"
 #include "kernels/micro_kernels.hpp"
+#include "kernels/packed_weights.hpp"
 #include "kernels/thread_pool.hpp"
 
 namespace grouplin::cli {
@@ -76,6 +77,7 @@ struct BenchConfig {
   bool json = false;
   bool quick = false;
   bool full_size = false;
+  bool pack_weights = false;
   std::string plot_data;
   bool rows_given = false, routings_given = false, reps_given = false;
 };
@@ -104,6 +106,23 @@ struct ShapeData {
       dbe[d] = experts_of(db[d]);
     }
     copy_dst = Tensor::zeros({s.experts, s.out, s.in}, DType::F32);
+  }
+
+  // --pack-weights: the BF16 weights packed once for forward, as GroupedLinear keeps them with
+  // weight packing on (nothing where the kernels would not read them).
+  std::shared_ptr<Storage> packed_block;
+  std::vector<const std::byte*> packed;
+  void pack_forward_weights() {
+    if (we[1].empty() || !kernels::forward_weights_packable(DType::BF16, DType::BF16)) return;
+    const size_t each = kernels::packed_forward_bytes(we[1][0].dim(0), we[1][0].dim(1));
+    const size_t stride = (each + 63) / 64 * 64;
+    packed_block = Storage::allocate(stride * we[1].size());
+    std::vector<std::byte*> dst;
+    for (size_t e = 0; e < we[1].size(); ++e) {
+      dst.push_back(packed_block->mutable_data() + e * stride);
+      packed.push_back(dst.back());
+    }
+    kernels::pack_forward_weights(we[1], dst);
   }
 };
 
@@ -247,7 +266,9 @@ CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::
     variants.push_back({&r.grouplin_s[dt],
                         [&, dt, biases] {
                           if (op == "forward")
-                            kernels::grouped_forward(x[dt], splits, d.we[dt], {}, biases, y[dt]);
+                            kernels::grouped_forward(
+                                x[dt], splits, d.we[dt], {}, biases, y[dt],
+                                dt == 1 ? d.packed : std::vector<const std::byte*>{});
                           if (op == "dgrad")
                             kernels::grouped_dgrad(dy[dt], splits, d.we[dt], {}, dx[dt]);
                           if (op == "wgrad")
@@ -402,9 +423,14 @@ void run_bench(BenchConfig c) {
   }
   std::vector<CaseResult> results;
   if (!c.json && floats) print_header();
+  size_t packed_bytes = 0;  // --pack-weights: what the packed BF16 weights take
   for (const BenchShape& s : shapes) {
     if (!floats) break;
     ShapeData data(s, *std::max_element(c.rows.begin(), c.rows.end()));
+    if (c.pack_weights) {
+      data.pack_forward_weights();
+      packed_bytes += data.packed_block ? data.packed_block->size() : 0;
+    }
     for (int64_t rows : c.rows) {
       for (const std::string& routing : c.routings) {
         for (const std::string& op : c.ops) {
@@ -435,12 +461,18 @@ void run_bench(BenchConfig c) {
                             {"f32_gflops", peak.gflops(0)},
                             {"bf16_gflops", peak.gflops(1)}}},
                           {"reps", c.reps},
+                          {"packed_weight_bytes", packed_bytes},
                           {"results", nlohmann::json::array()}};
     for (const CaseResult& r : results) out["results"].push_back(to_json(r));
     if (!fp8.is_null()) out["fp8"] = fp8;
     for (const Goal& g : goals) out["goals"].push_back(g.to_json());
     std::printf("%s\n", out.dump(2).c_str());
   } else if (floats) {
+    if (c.pack_weights) {
+      std::printf("\nBF16 forward read weights packed beforehand: %.1f MiB%s\n",
+                  static_cast<double>(packed_bytes) / (1 << 20),
+                  packed_bytes == 0 ? " (this kernel set widens BF16: nothing to pack)" : "");
+    }
     std::printf("\ngoals (best of %d interleaved repetitions per variant):\n", c.reps);
     for (const Goal& g : goals) g.print();
   }
@@ -493,6 +525,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", c->json, "print JSON");
   cmd->add_flag("--quick", c->quick, "a seconds-long smoke run (small shapes, few cases)");
   cmd->add_flag("--full-size", c->full_size, "the full REFERENCE shapes (long)");
+  cmd->add_flag("--pack-weights", c->pack_weights,
+                "BF16 forward reads weights packed once beforehand (weight packing, for "
+                "inference; only where the kernels take BF16 pairs)");
   cmd->footer(
       "Every case runs GroupLin, one dense GEMM of the same FLOPs, a per-expert loop and a copy\n"
       "of the bytes, interleaved in one process; GROUPLIN_ISA=avx2|avx512|avx512bf16|amx caps the\n"
