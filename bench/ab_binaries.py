@@ -1,20 +1,31 @@
 #!/usr/bin/env python3
 """Interleaved A/B of grouplin binaries (two builds of different commits, say) on one machine.
 
-    python3 bench/ab_binaries.py [--fp8] ROUNDS base=PATH other=PATH [more=PATH ...]
+    python3 bench/ab_binaries.py [--fp8] [--bench "ARGS"] ROUNDS base=PATH other=PATH [more=PATH ...]
 
 Each round runs every binary's `grouplin bench` once, in a random order; per case it prints the
 median GF/s of each binary and its ratio to the first one, then the median ratio over the cases.
 With --fp8 the cases are `bench --dtype fp8`'s (1-16 rows per expert, forward and dgrad), each
 given twice: FP8 GF/s, and that run's own FP8 weights / BF16 weights ratio ("fp8/bf16").
+--bench replaces the default cases (`grouplin bench` flags; --json is added). A PATH may carry
+flags of its own after a space, for one binary run two ways:
+
+    python3 bench/ab_binaries.py --bench "--shapes qwen3 --rows 4096 --ops forward --dtype bf16" \
+        5 plain=build/grouplin "packed=build/grouplin --pack-weights"
 """
-import json, random, statistics, subprocess, sys
-fp8 = sys.argv[1] == '--fp8'
-argv = sys.argv[2:] if fp8 else sys.argv[1:]
+import json, random, shlex, statistics, subprocess, sys
+argv = sys.argv[1:]
+fp8 = argv[0] == '--fp8'
+argv = argv[1:] if fp8 else argv
+bench_args = None
+if argv[0] == '--bench':
+    bench_args, argv = shlex.split(argv[1]), argv[2:]
 rounds = int(argv[0])
 bins = dict(a.split('=', 1) for a in argv[1:])
 if fp8:
     args = ['bench', '--dtype', 'fp8', '--reps', '3', '--json']
+elif bench_args is not None:
+    args = ['bench'] + bench_args + ['--json']
 else:
     args = ['bench', '--shapes', 'qwen3,mixtral,deepseek', '--rows', '256,4096', '--routing',
             'uniform', '--ops', 'forward,dgrad,wgrad', '--reps', '3', '--json']
@@ -22,7 +33,9 @@ res = {k: {} for k in bins}
 rng = random.Random(7)
 for r in range(rounds):
     for name in rng.sample(list(bins), len(bins)):
-        out = subprocess.run([bins[name]] + args, check=True, capture_output=True, text=True).stdout
+        binary, *own = shlex.split(bins[name])
+        out = subprocess.run([binary] + args + own, check=True, capture_output=True,
+                             text=True).stdout
         if fp8:
             for c in json.loads(out)['fp8']['results']:
                 key = (c['shape'], c['rows_per_expert'], c['op'], 'fp8/bf16')
@@ -32,7 +45,9 @@ for r in range(rounds):
             continue
         for c in json.loads(out)['results']:
             for dt in ('f32', 'bf16'):
-                key = (c['shape'], c['rows'], c['op'], dt)
+                if dt not in c:
+                    continue
+                key = (c['shape'], c['rows'], c['routing'], c['op'], dt)
                 res[name].setdefault(key, []).append(c[dt]['grouplin_gflops'])
     print('round', r, 'done', file=sys.stderr, flush=True)
 names = list(bins)

@@ -223,8 +223,23 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const int64_t m = args.expert_rows[e];
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
   if (forward_pairs(m, bf16_operands, micro_kernels().pair_tile != nullptr)) {
-    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
     const uint32_t* packed = packed_for(args, t);
+    if (packed == nullptr && forward_pairs_turned(t.rows)) {
+      // ct[col][row] = W_slice · x_rowsᵀ: the weights as A, read in place (their depth pairs are
+      // adjacent, as x's are), x's few rows packed as B once per block, ct transposed into y.
+      const int64_t ldct = round_up(t.rows, kOuterCols);
+      pair_product(
+          t.cols, t.rows, args.in_features, pair_rows_in_place(w, t.col0), true, s.c, ldct, s,
+          [&](int64_t k0, int64_t kc, int64_t c0, int64_t nrows, uint32_t* b) {
+            pack_pairs_transposed(args.x, k0, kc, t.row0 + c0, nrows, b);
+            return packed_in_scratch(b, kc);
+          },
+          [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
+          forward_first(args, next));
+      store_broadcast_result(args, t, t.rows, s.c, ldct, s);
+      return;
+    }
+    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
     pair_product(
         t.rows, t.cols, args.in_features, pair_rows_in_place(args.x, t.row0), true, acc.c, acc.ldc,
         s,

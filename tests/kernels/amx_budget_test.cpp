@@ -19,6 +19,7 @@
 #include "kernel_reference.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/micro_kernels.hpp"
+#include "kernels/packed_weights.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/tile_compute.hpp"
 #include "kernels/tile_products.hpp"
@@ -92,22 +93,44 @@ std::vector<Tensor> expert_weights(int64_t n, int64_t out, int64_t in) {
   return w;
 }
 
-// Forward: 32 rows per expert (the qwen3-like case, shape 16 + 16) and one of 21 (16 + 5), a depth
-// of two kOuterDepth blocks: 2 distinct shapes.
+// The weights packed for forward (packed_weights.hpp), as GroupedLinear keeps them.
+struct PackedForTest {
+  std::shared_ptr<Storage> block;
+  std::vector<const std::byte*> pointers;
+  explicit PackedForTest(const std::vector<Tensor>& w) {
+    const size_t each = kernels::packed_forward_bytes(w[0].dim(0), w[0].dim(1));
+    block = Storage::allocate(w.size() * each);
+    std::vector<std::byte*> dst;
+    for (size_t e = 0; e < w.size(); ++e) dst.push_back(block->mutable_data() + e * each);
+    kernels::pack_forward_weights(w, dst);
+    pointers.assign(dst.begin(), dst.end());
+  }
+};
+
+// Forward: 32 rows per expert (the qwen3-like case) and one of 21, a depth of two kOuterDepth
+// blocks. Without packed weights these tiles run turned (forward_pairs_turned: the weights' 64
+// rows are A, one row shape of 16 + 16); with packed weights x's rows are A (16 + 16 and 16 + 5:
+// 2 shapes). Both keep every sum in the tiles for the whole depth.
 TEST_F(AmxBudgetTest, ForwardKeepsSumsInTilesForTheWholeDepth) {
   const std::vector<int64_t> splits = {32, 32, 21, 32};
-  const int64_t in = 2 * kernels::kOuterDepth, out = 48;
+  const int64_t in = 2 * kernels::kOuterDepth, out = 64;
   ASSERT_TRUE(kernels::forward_pairs(21, true, true));
+  ASSERT_TRUE(kernels::forward_pairs_turned(32));
   const int64_t t = std::accumulate(splits.begin(), splits.end(), int64_t{0});
   const Tensor x = random_tensor({t, in}, DType::BF16, 1);
   const std::vector<Tensor> w = expert_weights(4, out, in);
+  const PackedForTest packed(w);
   for (int threads : {1, 2}) {
     kernels::set_num_threads(threads);
     Tensor y = Tensor::zeros({t, out}, DType::BF16);
     tile_counts().reset();
     kernels::grouped_forward(x, splits, w, {}, {}, y);
+    expect_budget(counted(), splits, out, in, threads, 1,
+                  threads == 1 ? "forward turned, 1 thread" : "forward turned, 2 threads");
+    tile_counts().reset();
+    kernels::grouped_forward(x, splits, w, {}, {}, y, packed.pointers);
     expect_budget(counted(), splits, out, in, threads, 2,
-                  threads == 1 ? "forward, 1 thread" : "forward, 2 threads");
+                  threads == 1 ? "forward packed, 1 thread" : "forward packed, 2 threads");
   }
 }
 
@@ -129,16 +152,18 @@ TEST_F(AmxBudgetTest, DgradKeepsSumsInTilesForTheWholeDepth) {
 
 // Rows that are not a multiple of 32 (48: a group of 16 + 16 and one of 16 + 0) need two
 // configurations; each pair_block call starts with the one left loaded by the last call, so a
-// call loads at most one (alternating groups in a fixed order loaded two per call).
+// call loads at most one (alternating groups in a fixed order loaded two per call). Forward with
+// packed weights, where x's 48 rows are A (turned, the weights' 64 rows would be).
 TEST_F(AmxBudgetTest, RaggedRowsLoadOneConfigurationPerCall) {
   const std::vector<int64_t> splits = {48, 48, 48};
   const int64_t in = 64, out = 64;  // one tile per expert, two calls of two strips each
   const Tensor x = random_tensor({144, in}, DType::BF16, 5);
   const std::vector<Tensor> w = expert_weights(3, out, in);
+  const PackedForTest packed(w);
   kernels::set_num_threads(1);
   Tensor y = Tensor::zeros({144, out}, DType::BF16);
   tile_counts().reset();
-  kernels::grouped_forward(x, splits, w, {}, {}, y);
+  kernels::grouped_forward(x, splits, w, {}, {}, y, packed.pointers);
   const Counted k = counted();
   const int64_t calls = 3 * 2;
   EXPECT_EQ(k.sum_stores, 3 * result_tiles(48, out));
