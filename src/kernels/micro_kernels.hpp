@@ -107,6 +107,16 @@ struct MicroKernels {
   // of 16 * strips floats.
   void (*pair_tile)(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                     const uint32_t* b, int64_t b_strip, float* c, int64_t ldc, bool accumulate);
+  // pair_tile with B read in place from `cols` rows of a BF16 matrix instead of pair panels:
+  // B(p, j) = w[j * ldw + p] for j < cols (forward's weights, one row per output column), 0 for
+  // cols <= j < 16; c[i * ldc + j] = the sum over the whole depth from +0, j < 16. The same chain
+  // as pair_tile over pair panels of those rows (so the same bits), without packing them (the
+  // AVX512-BF16 set transposes blocks of the rows in registers): for experts of a few rows,
+  // whose products cannot pay for a pass over their weights. Null in sets
+  // without it (AMX keeps those experts on widened dot tiles). Requires: 1 <= mr <=
+  // kDotMaxRowsBf16 + 1, 1 <= cols <= 16, kc >= 1.
+  void (*pair_tile_rows)(int mr, int cols, int64_t kc, const uint16_t* a, int64_t lda,
+                         const uint16_t* w, int64_t ldw, float* c, int64_t ldc);
   int pair_rows;    // the most rows of one pair_tile call (0 without pair kernels)
   int pair_strips;  // the most strips of one pair_tile call
   // pair_tile over any number of rows and a long depth in one call: the same chains, the same

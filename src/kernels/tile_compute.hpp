@@ -100,14 +100,18 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // in depth blocks of kOuterDepth (a multiple of 2 * kPairGroup, so that blocking never splits a
 // pair group) or, on AMX, the whole depth at once (wgrad: blocks of kPairScratchDepth;
 // pair_product in tile_products.hpp):
-// forward for experts with more rows than forward_dots takes, dgrad and wgrad for experts with
-// more than kDirectMaxRows (kDirectMaxDepth) rows (the fewer-row paths are memory- or write-bound
+// forward for experts with more rows than forward_dots takes (and, on a set with pair_tile_rows,
+// `few_rows`: AVX512-BF16, for every expert with rows), dgrad and wgrad for experts with more
+// than kDirectMaxRows (kDirectMaxDepth) rows (the fewer-row paths are memory- or write-bound
 // and stay widened). Decided by the expert's row count, never the tile's, so the tiling does not
 // change which chain a row gets. On a Zen 4 (AVX512-BF16, 2 threads, same-run GF/s widened /
 // pairs, docs/PERFORMANCE.md) wgrad gained from 16 rows per expert on (qwen3 128 x 1024 x 384:
-// 133 / 161-179); not measured: where exactly each switch should be, and AMX anywhere.
-inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
-  return pair_kernels && bf16_operands && !forward_dots(rows, true);
+// 133 / 161-179); forward of 1-3 rows per expert by pair_tile_rows against the widened dot tiles
+// 1.4-1.9x (qwen3 128 x 384 x 1024, 1 row: 17.0 / 23.0; mixtral 8 x 896 x 1024, 3 rows:
+// 44.4 / 80.4). Not measured: where exactly each switch should be, and AMX anywhere (AMX keeps
+// forward of 1-3 rows on dot tiles).
+inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, bool few_rows) {
+  return pair_kernels && bf16_operands && (!forward_dots(rows, true) || (few_rows && rows > 0));
 }
 inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && rows > kDirectMaxRows;
@@ -135,8 +139,9 @@ inline bool wgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
 // set with pair kernels: `pair_kernels`). The choice depends on the weights' dtype, so a BF16
 // forward matches the F32 forward on the widened values, rounded, where both use one FMA chain.
 enum class ForwardChain { kFma, kDot, kDotTail, kPairs };
-inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16, bool pair_kernels) {
-  if (forward_pairs(rows, bf16, pair_kernels)) return ForwardChain::kPairs;
+inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16, bool pair_kernels,
+                                  bool few_rows) {
+  if (forward_pairs(rows, bf16, pair_kernels, few_rows)) return ForwardChain::kPairs;
   if (forward_dots(rows, bf16)) return ForwardChain::kDot;
   if (forward_broadcasts(rows, bf16) && r >= forward_dot_tail_start(rows)) {
     return ForwardChain::kDotTail;

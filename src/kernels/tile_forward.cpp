@@ -174,6 +174,12 @@ void add_bias_and_store(const ForwardArgs& args, const Tile& t, const Accumulato
   store_rows(acc, t, args.y, t.row0, t.col0);
 }
 
+// forward_pairs on the current set.
+bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {
+  const MicroKernels& mk = micro_kernels();
+  return forward_pairs(rows, bf16_operands, mk.pair_tile != nullptr, mk.pair_tile_rows != nullptr);
+}
+
 // Expert e's packed weights for tile t (null: pack them per tile). A tile whose columns start
 // off a strip (finer tilings in tests) packs its own.
 const uint32_t* packed_for(const ForwardArgs& args, const Tile& t) {
@@ -201,16 +207,14 @@ Region packed_region(const uint32_t* p, const ForwardArgs& args, const Tile& t, 
 // What each operation's tile streams first, for prefetching it from the tile before.
 Region forward_first(const ForwardArgs& args, const Tile* t) {
   if (t == nullptr) return {};
+  const MatrixRef& w = args.weights[static_cast<size_t>(t->expert)];
+  const int64_t m = args.expert_rows[static_cast<size_t>(t->expert)];
+  const bool pairs = forward_pairs_on_set(m, bf16_values(w) && args.x.dtype == DType::BF16);
   const uint32_t* packed = packed_for(args, *t);
-  if (packed != nullptr && args.x.dtype == DType::BF16 &&
-      forward_pairs(args.expert_rows[static_cast<size_t>(t->expert)], true,
-                    micro_kernels().pair_tile != nullptr)) {
+  if (pairs && packed != nullptr) {
     return packed_region(packed, args, *t, 0, std::min(kOuterDepth, args.in_features));
   }
-  const MatrixRef& w = args.weights[static_cast<size_t>(t->expert)];
-  const int64_t depth =
-      forward_dots(args.expert_rows[static_cast<size_t>(t->expert)], bf16_values(w)) ? kDotDepth
-                                                                                     : kOuterDepth;
+  const int64_t depth = !pairs && forward_dots(m, bf16_values(w)) ? kDotDepth : kOuterDepth;
   return region_of(w, t->col0, t->cols, 0, std::min(depth, args.in_features));
 }
 
@@ -222,8 +226,23 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const Scratch s = split_scratch(t, scratch);
   const int64_t m = args.expert_rows[e];
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
-  if (forward_pairs(m, bf16_operands, micro_kernels().pair_tile != nullptr)) {
+  if (forward_pairs_on_set(m, bf16_operands)) {
     const uint32_t* packed = packed_for(args, t);
+    const MicroKernels& mk = micro_kernels();
+    if (packed == nullptr && forward_dots(m, true)) {
+      // A few rows (pair_tile_rows): B gathered from the weights' rows in place, strip by strip,
+      // the whole depth in one call.
+      const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+      const auto* x = reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0));
+      for (int64_t j = 0; j < t.cols; j += kOuterCols) {
+        const int n = static_cast<int>(std::min<int64_t>(kOuterCols, t.cols - j));
+        mk.pair_tile_rows(static_cast<int>(t.rows), n, args.in_features, x, args.x.ld,
+                          reinterpret_cast<const uint16_t*>(element(w, t.col0 + j, 0)), w.ld,
+                          acc.c + j, acc.ldc);
+      }
+      add_bias_and_store(args, t, acc, s);
+      return;
+    }
     if (packed == nullptr && forward_pairs_turned(t.rows)) {
       // ct[col][row] = W_slice · x_rowsᵀ: the weights as A, read in place (their depth pairs are
       // adjacent, as x's are), x's few rows packed as B once per block, ct transposed into y.

@@ -114,7 +114,7 @@ struct PackedForTest {
 TEST_F(AmxBudgetTest, ForwardKeepsSumsInTilesForTheWholeDepth) {
   const std::vector<int64_t> splits = {32, 32, 21, 32};
   const int64_t in = 2 * kernels::kOuterDepth, out = 64;
-  ASSERT_TRUE(kernels::forward_pairs(21, true, true));
+  ASSERT_TRUE(kernels::forward_pairs(21, true, true, false));
   ASSERT_TRUE(kernels::forward_pairs_turned(32));
   const int64_t t = std::accumulate(splits.begin(), splits.end(), int64_t{0});
   const Tensor x = random_tensor({t, in}, DType::BF16, 1);

@@ -434,7 +434,8 @@ TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
       }
       for (size_t e = 0; e < c.splits.size(); ++e) {
         const int64_t m = c.splits[e];
-        const bool fwd_pairs = kernels::forward_pairs(m, pairs, pairs);
+        const bool fwd_pairs =
+            kernels::forward_pairs(m, pairs, pairs, pairs && set_->pair_tile_rows != nullptr);
         const bool dgrad_pairs = kernels::dgrad_pairs(m, pairs, pairs);
         for (int64_t r = first[e]; r < first[e] + m; ++r) {
           if (!fwd_pairs) {
