@@ -230,8 +230,8 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
     const uint32_t* packed = packed_for(args, t);
     const MicroKernels& mk = micro_kernels();
     if (packed == nullptr && forward_dots(m, true)) {
-      // A few rows (pair_tile_rows): B gathered from the weights' rows in place, strip by strip,
-      // the whole depth in one call.
+      // A few rows (pair_tile_rows): B read from the weights' rows in place (transposed in
+      // registers), strip by strip, the whole depth in one call.
       const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
       const auto* x = reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0));
       for (int64_t j = 0; j < t.cols; j += kOuterCols) {
