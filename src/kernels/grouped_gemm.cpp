@@ -144,7 +144,6 @@ void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
   const std::vector<int64_t> first = first_rows(m_splits);
   args.first_row = first;
   std::vector<ExpertBlock> blocks;
-  const MicroKernels& mk = micro_kernels();
   for (size_t e = 0; e < m_splits.size(); ++e) {
     args.weights.push_back(weight_matrix(weights, weight_scales, e));
     if (!biases.empty()) args.biases.push_back(matrix(biases[e]));
@@ -152,8 +151,7 @@ void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
     // Experts on the pair kernels take outer tiles whatever their rows: their columns start on
     // 16-column strips, where packed weights begin.
     const bool bf16 = bf16_values(args.weights.back());
-    const bool pairs = forward_pairs(m_splits[e], bf16 && x.dtype() == DType::BF16,
-                                     mk.pair_tile != nullptr, mk.pair_tile_rows != nullptr);
+    const bool pairs = forward_pairs_on_set(m_splits[e], bf16 && x.dtype() == DType::BF16);
     blocks.push_back({first[e], m_splits[e], y.dim(1), x.dim(1),
                       static_cast<double>(bytes_of(weights[e])),
                       forward_dots(m_splits[e], bf16) && !pairs ? kForwardDotTile : kForwardTile});

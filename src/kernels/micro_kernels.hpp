@@ -112,9 +112,8 @@ struct MicroKernels {
   // cols <= j < 16; c[i * ldc + j] = the sum over the whole depth from +0, j < 16. The same chain
   // as pair_tile over pair panels of those rows (so the same bits), without packing them (the
   // AVX512-BF16 set transposes blocks of the rows in registers): for experts of a few rows,
-  // whose products cannot pay for a pass over their weights. Null in sets
-  // without it (AMX keeps those experts on widened dot tiles). Requires: 1 <= mr <=
-  // kDotMaxRowsBf16 + 1, 1 <= cols <= 16, kc >= 1.
+  // whose products cannot pay for a pass over their weights. Null in sets without it (AMX keeps
+  // those experts on widened dot tiles). Requires: 1 <= mr <= 4, 1 <= cols <= 16, kc >= 1.
   void (*pair_tile_rows)(int mr, int cols, int64_t kc, const uint16_t* a, int64_t lda,
                          const uint16_t* w, int64_t ldw, float* c, int64_t ldc);
   int pair_rows;    // the most rows of one pair_tile call (0 without pair kernels)

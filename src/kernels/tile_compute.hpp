@@ -113,6 +113,11 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, bool few_rows) {
   return pair_kernels && bf16_operands && (!forward_dots(rows, true) || (few_rows && rows > 0));
 }
+// forward_pairs on the current kernel set.
+inline bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {
+  const MicroKernels& mk = micro_kernels();
+  return forward_pairs(rows, bf16_operands, mk.pair_tile != nullptr, mk.pair_tile_rows != nullptr);
+}
 inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && rows > kDirectMaxRows;
 }

@@ -174,12 +174,6 @@ void add_bias_and_store(const ForwardArgs& args, const Tile& t, const Accumulato
   store_rows(acc, t, args.y, t.row0, t.col0);
 }
 
-// forward_pairs on the current set.
-bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {
-  const MicroKernels& mk = micro_kernels();
-  return forward_pairs(rows, bf16_operands, mk.pair_tile != nullptr, mk.pair_tile_rows != nullptr);
-}
-
 // Expert e's packed weights for tile t (null: pack them per tile). A tile whose columns start
 // off a strip (finer tilings in tests) packs its own.
 const uint32_t* packed_for(const ForwardArgs& args, const Tile& t) {
