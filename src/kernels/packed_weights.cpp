@@ -25,4 +25,37 @@ void pack_forward_weights(std::span<const Tensor> weights, std::span<std::byte* 
   });
 }
 
+namespace {
+
+size_t aligned_stride(int64_t out, int64_t in) {
+  return (packed_forward_bytes(out, in) + kStorageAlignment - 1) / kStorageAlignment *
+         kStorageAlignment;
+}
+
+}  // namespace
+
+PackedForwardBlock::PackedForwardBlock(size_t n, int64_t out, int64_t in)
+    : storage_(Storage::allocate(aligned_stride(out, in) * n)),
+      stride_(aligned_stride(out, in)),
+      n_(n) {}
+
+PackedForwardBlock PackedForwardBlock::pack(std::span<const Tensor> weights) {
+  if (weights.empty()) return {};
+  PackedForwardBlock block(weights.size(), weights[0].dim(0), weights[0].dim(1));
+  std::vector<std::byte*> dst(weights.size());
+  for (size_t e = 0; e < weights.size(); ++e) dst[e] = block.expert(e);
+  pack_forward_weights(weights, dst);
+  return block;
+}
+
+std::vector<const std::byte*> PackedForwardBlock::pointers() const {
+  std::vector<const std::byte*> p(n_);
+  for (size_t e = 0; e < n_; ++e) p[e] = expert(e);
+  return p;
+}
+
+bool PackedForwardBlock::fits(size_t n, int64_t out, int64_t in) const {
+  return storage_ != nullptr && n_ == n && stride_ == aligned_stride(out, in);
+}
+
 }  // namespace grouplin::kernels

@@ -5,9 +5,8 @@
 // grouped_forward.
 //
 //   if (kernels::forward_weights_packable(w.dtype(), x.dtype())) {
-//     std::vector<std::byte*> dst = ...;   // packed_forward_bytes(out, in) each, 64-byte aligned
-//     kernels::pack_forward_weights(weights, dst);
-//     kernels::grouped_forward(x, m_splits, weights, {}, biases, y, packed);
+//     const kernels::PackedForwardBlock block = kernels::PackedForwardBlock::pack(weights);
+//     kernels::grouped_forward(x, m_splits, weights, {}, biases, y, block.pointers());
 //   }
 //
 // Layout of one packed [out, in] weight: ceil(out / 16) strips of 16 output features, strip s
@@ -18,8 +17,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
+#include "grouplin/storage.hpp"
 #include "grouplin/tensor.hpp"
 
 namespace grouplin::kernels {
@@ -34,5 +36,29 @@ size_t packed_forward_bytes(int64_t out, int64_t in);
 // Packs each weights[i] (BF16 [out, in], one shape for all) into dst[i] (packed_forward_bytes of
 // it, 4-byte aligned), the experts spread over the kernels' threads.
 void pack_forward_weights(std::span<const Tensor> weights, std::span<std::byte* const> dst);
+
+// Room for n packed [out, in] weights in one allocation, each starting 64-byte aligned (as the
+// kernels' own scratch panels do, so a strip never straddles more cache lines than it must).
+class PackedForwardBlock {
+ public:
+  PackedForwardBlock() = default;
+  PackedForwardBlock(size_t n, int64_t out, int64_t in);
+  // The n weights packed into a new block (all [out, in], one shape).
+  static PackedForwardBlock pack(std::span<const Tensor> weights);
+
+  // Where expert e's packed weight starts, e < n.
+  std::byte* expert(size_t e) const { return storage_->mutable_data() + e * stride_; }
+  // Every expert's start, as grouped_forward takes them.
+  std::vector<const std::byte*> pointers() const;
+  // Whether it holds n weights of this shape.
+  bool fits(size_t n, int64_t out, int64_t in) const;
+  // Bytes held (0 when empty).
+  size_t bytes() const { return storage_ ? storage_->size() : 0; }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t stride_ = 0;
+  size_t n_ = 0;
+};
 
 }  // namespace grouplin::kernels

@@ -10,12 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <vector>
 
-#include "grouplin/storage.hpp"
 #include "grouplin/tensor.hpp"
+#include "kernels/packed_weights.hpp"
 
 namespace grouplin {
 
@@ -26,7 +25,7 @@ class PackedWeightCache {
   // pointer per expert, up to date. Allocates once (one block for all experts), the first time.
   std::vector<const std::byte*> refresh(std::span<const Tensor> weights, DType x);
   // Bytes held.
-  size_t bytes() const { return block_ ? block_->size() : 0; }
+  size_t bytes() const { return block_.bytes(); }
   // Frees them.
   void clear();
 
@@ -35,8 +34,7 @@ class PackedWeightCache {
     const std::byte* data = nullptr;
     uint64_t generation = 0;
   };
-  std::shared_ptr<Storage> block_;
-  size_t per_expert_ = 0;
+  kernels::PackedForwardBlock block_;
   std::vector<Source> packed_from_;  // per expert; data null: not packed
 };
 

@@ -93,20 +93,6 @@ std::vector<Tensor> expert_weights(int64_t n, int64_t out, int64_t in) {
   return w;
 }
 
-// The weights packed for forward (packed_weights.hpp), as GroupedLinear keeps them.
-struct PackedForTest {
-  std::shared_ptr<Storage> block;
-  std::vector<const std::byte*> pointers;
-  explicit PackedForTest(const std::vector<Tensor>& w) {
-    const size_t each = kernels::packed_forward_bytes(w[0].dim(0), w[0].dim(1));
-    block = Storage::allocate(w.size() * each);
-    std::vector<std::byte*> dst;
-    for (size_t e = 0; e < w.size(); ++e) dst.push_back(block->mutable_data() + e * each);
-    kernels::pack_forward_weights(w, dst);
-    pointers.assign(dst.begin(), dst.end());
-  }
-};
-
 // Forward: 32 rows per expert (the qwen3-like case) and one of 21, a depth of two kOuterDepth
 // blocks. Without packed weights these tiles run turned (forward_pairs_turned: the weights' 64
 // rows are A, one row shape of 16 + 16); with packed weights x's rows are A (16 + 16 and 16 + 5:
@@ -119,7 +105,7 @@ TEST_F(AmxBudgetTest, ForwardKeepsSumsInTilesForTheWholeDepth) {
   const int64_t t = std::accumulate(splits.begin(), splits.end(), int64_t{0});
   const Tensor x = random_tensor({t, in}, DType::BF16, 1);
   const std::vector<Tensor> w = expert_weights(4, out, in);
-  const PackedForTest packed(w);
+  const kernels::PackedForwardBlock packed = kernels::PackedForwardBlock::pack(w);
   for (int threads : {1, 2}) {
     kernels::set_num_threads(threads);
     Tensor y = Tensor::zeros({t, out}, DType::BF16);
@@ -128,7 +114,7 @@ TEST_F(AmxBudgetTest, ForwardKeepsSumsInTilesForTheWholeDepth) {
     expect_budget(counted(), splits, out, in, threads, 1,
                   threads == 1 ? "forward turned, 1 thread" : "forward turned, 2 threads");
     tile_counts().reset();
-    kernels::grouped_forward(x, splits, w, {}, {}, y, packed.pointers);
+    kernels::grouped_forward(x, splits, w, {}, {}, y, packed.pointers());
     expect_budget(counted(), splits, out, in, threads, 2,
                   threads == 1 ? "forward packed, 1 thread" : "forward packed, 2 threads");
   }
@@ -159,11 +145,11 @@ TEST_F(AmxBudgetTest, RaggedRowsLoadOneConfigurationPerCall) {
   const int64_t in = 64, out = 64;  // one tile per expert, two calls of two strips each
   const Tensor x = random_tensor({144, in}, DType::BF16, 5);
   const std::vector<Tensor> w = expert_weights(3, out, in);
-  const PackedForTest packed(w);
+  const kernels::PackedForwardBlock packed = kernels::PackedForwardBlock::pack(w);
   kernels::set_num_threads(1);
   Tensor y = Tensor::zeros({144, out}, DType::BF16);
   tile_counts().reset();
-  kernels::grouped_forward(x, splits, w, {}, {}, y, packed.pointers);
+  kernels::grouped_forward(x, splits, w, {}, {}, y, packed.pointers());
   const Counted k = counted();
   const int64_t calls = 3 * 2;
   EXPECT_EQ(k.sum_stores, 3 * result_tiles(48, out));

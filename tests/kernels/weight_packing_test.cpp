@@ -78,20 +78,6 @@ class WeightPackingTest : public ::testing::TestWithParam<PairSet> {
 constexpr int64_t kIn = 561, kOut = 37;
 const std::vector<int64_t> kSplits = {0, 1, 3, 4, 5, 17, 40};
 
-struct Packed {
-  std::shared_ptr<Storage> block;
-  std::vector<const std::byte*> pointers;
-};
-Packed pack(const std::vector<Tensor>& weights) {
-  const size_t each = kernels::packed_forward_bytes(kOut, kIn);
-  Packed p{Storage::allocate(each * weights.size()), {}};
-  std::vector<std::byte*> dst;
-  for (size_t e = 0; e < weights.size(); ++e) dst.push_back(p.block->mutable_data() + e * each);
-  kernels::pack_forward_weights(weights, dst);
-  p.pointers.assign(dst.begin(), dst.end());
-  return p;
-}
-
 TEST_P(WeightPackingTest, PackedWeightsGiveTheBitsOfPackingPerTile) {
   ASSERT_TRUE(kernels::forward_weights_packable(DType::BF16, DType::BF16));
   EXPECT_FALSE(kernels::forward_weights_packable(DType::F32, DType::F32));
@@ -105,14 +91,14 @@ TEST_P(WeightPackingTest, PackedWeightsGiveTheBitsOfPackingPerTile) {
     weights.push_back(stacked.select(static_cast<int64_t>(e)));
     biases.push_back(random_tensor({kOut}, DType::BF16, 10 + e));
   }
-  const Packed packed = pack(weights);
+  const kernels::PackedForwardBlock packed = kernels::PackedForwardBlock::pack(weights);
   Tensor want = Tensor::zeros({t, kOut}, DType::BF16);
   kernels::set_num_threads(1);
   kernels::grouped_forward(x, kSplits, weights, {}, biases, want);
   for (int threads : {1, 3}) {
     kernels::set_num_threads(threads);
     Tensor got = random_tensor({t, kOut}, DType::BF16, 3);
-    kernels::grouped_forward(x, kSplits, weights, {}, biases, got, packed.pointers);
+    kernels::grouped_forward(x, kSplits, weights, {}, biases, got, packed.pointers());
     EXPECT_TRUE(got.bit_equal(want)) << threads << " threads";
   }
 
@@ -130,7 +116,7 @@ TEST_P(WeightPackingTest, PackedWeightsGiveTheBitsOfPackingPerTile) {
     args.first_row.push_back(row);
     row += kSplits[e];
   }
-  for (const std::byte* p : packed.pointers) {
+  for (const std::byte* p : packed.pointers()) {
     args.packed.push_back(reinterpret_cast<const uint32_t*>(p));
   }
   for (kernels::TileShape shape :

@@ -110,19 +110,12 @@ struct ShapeData {
 
   // --pack-weights: the BF16 weights packed once for forward, as GroupedLinear keeps them with
   // weight packing on (nothing where the kernels would not read them).
-  std::shared_ptr<Storage> packed_block;
+  kernels::PackedForwardBlock packed_block;
   std::vector<const std::byte*> packed;
   void pack_forward_weights() {
     if (we[1].empty() || !kernels::forward_weights_packable(DType::BF16, DType::BF16)) return;
-    const size_t each = kernels::packed_forward_bytes(we[1][0].dim(0), we[1][0].dim(1));
-    const size_t stride = (each + 63) / 64 * 64;
-    packed_block = Storage::allocate(stride * we[1].size());
-    std::vector<std::byte*> dst;
-    for (size_t e = 0; e < we[1].size(); ++e) {
-      dst.push_back(packed_block->mutable_data() + e * stride);
-      packed.push_back(dst.back());
-    }
-    kernels::pack_forward_weights(we[1], dst);
+    packed_block = kernels::PackedForwardBlock::pack(we[1]);
+    packed = packed_block.pointers();
   }
 };
 
@@ -429,7 +422,7 @@ void run_bench(BenchConfig c) {
     ShapeData data(s, *std::max_element(c.rows.begin(), c.rows.end()));
     if (c.pack_weights) {
       data.pack_forward_weights();
-      packed_bytes += data.packed_block ? data.packed_block->size() : 0;
+      packed_bytes += data.packed_block.bytes();
     }
     for (int64_t rows : c.rows) {
       for (const std::string& routing : c.routings) {
