@@ -25,6 +25,8 @@ inline constexpr int kOuterRows = 6;
 inline constexpr int kOuterCols = 16;
 inline constexpr int kDotRows = 4;
 inline constexpr int kDotCols = 3;
+// The most rows of one dot_tile_pairs call.
+inline constexpr int kPairDotRows = 6;
 // The most 16-column strips an outer_strips or pair_tile call takes, in any set.
 inline constexpr int kMaxStrips = 4;
 // Pair panels (pair_tile's B) hold their pair rows in groups of kPairGroup, zero-padded: AMX
@@ -107,14 +109,16 @@ struct MicroKernels {
   // of 16 * strips floats.
   void (*pair_tile)(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                     const uint32_t* b, int64_t b_strip, float* c, int64_t ldc, bool accumulate);
-  // pair_tile with B read in place from `cols` rows of a BF16 matrix instead of pair panels:
-  // B(p, j) = w[j * ldw + p] for j < cols (forward's weights, one row per output column), 0 for
-  // cols <= j < 16; c[i * ldc + j] = the sum over the whole depth from +0, j < 16. The same chain
-  // as pair_tile over pair panels of those rows (so the same bits), without packing them (the
-  // AVX512-BF16 set transposes blocks of the rows in registers): for experts of a few rows,
-  // whose products cannot pay for a pass over their weights. Null in sets without it (AMX keeps
-  // those experts on widened dot tiles). Requires: 1 <= mr <= 4, 1 <= cols <= 16, kc >= 1.
-  void (*pair_tile_rows)(int mr, int cols, int64_t kc, const uint16_t* a, int64_t lda,
+  // c[i * ldc + j] = the sum over p < kc of a[i * lda + p] * w[j * ldw + p], i < mr, j < nr (a
+  // few rows of x against rows of the weights, both BF16 and read along the depth as they lie:
+  // forward of experts of a few rows, whose products cannot pay for packing anything). Each sum
+  // is four chains of 16 lane sums from +0: block g (depths 32g to 32g + 31, zeros past kc) goes
+  // to chain g mod 4, whose lane l adds the pair at depths 32g + 2l, 32g + 2l + 1 by vdpbf16ps,
+  // blocks in order; then the chains are added lane by lane as (0 + 1) + (2 + 3), and the lanes
+  // l and l + 8, then l and l + 4, l and l + 2, l and l + 1 (plain F32 adds). Null in sets
+  // without it (AMX keeps those experts on widened dot tiles: not measured there).
+  // Requires: 1 <= mr <= kPairDotRows, nr >= 1, kc >= 1.
+  void (*dot_tile_pairs)(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
                          const uint16_t* w, int64_t ldw, float* c, int64_t ldc);
   int pair_rows;    // the most rows of one pair_tile call (0 without pair kernels)
   int pair_strips;  // the most strips of one pair_tile call

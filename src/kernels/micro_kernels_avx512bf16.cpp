@@ -4,14 +4,17 @@
 // by the pair of B (the same two depths of one column, from a pair panel) and adds both products
 // to the lane's F32 sum: the operands stay BF16 (half the bytes of widened ones through the
 // registers) and one instruction does two multiply-adds per lane. The register tile is the F32
-// set's: 6 rows x 4 strips of 16 columns, 24 zmm sums. pair_tile_rows, for forward of experts
-// with 1-3 rows, reads B from the weights' rows in place, transposing 16 x 16 dword blocks in
-// registers instead of packing them (same chain, same bits).
+// set's: 6 rows x 4 strips of 16 columns, 24 zmm sums. dot_tile_pairs, for forward of experts
+// with 1-6 rows, reads x's and the weights' rows along the depth, as they lie, one weight row at
+// a time (one memory stream), and sums each element in four chains of 16 lanes: one load and one
+// vdpbf16ps per 32 weights (1.4-2.8x the widened dot tiles at 1-4 rows per expert, 2 threads of
+// a Zen 4; tile_compute.hpp).
 //
-// Each element's sum is one chain of vdpbf16ps over the pair rows in order, from c (accumulate)
-// or +0. The instruction rounds each of its two accumulations to nearest even and flushes
-// denormal inputs and results to zero (Intel SDM, VDPBF16PS), so these results differ in the last
-// bits from the F32 kernels on the widened values.
+// Each element's sum of pair_tile is one chain of vdpbf16ps over the pair rows in order, from c
+// (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree
+// (micro_kernels.hpp). The instruction rounds each of its two accumulations to nearest even and
+// flushes denormal inputs and results to zero (Intel SDM, VDPBF16PS), so these results differ in
+// the last bits from the F32 kernels on the widened values.
 //
 // Measured (docs/PERFORMANCE.md): on a Sapphire Rapids, 0.45-0.80x the AVX-512F set's widening
 // kernels on BF16; on an AMD Zen 4, where vdpbf16ps does twice the multiply-adds of an F32 FMA
@@ -96,113 +99,108 @@ void pair_tile_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int
   by_rows[mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
 }
 
-// B's pair row q from `n` rows of w read in place, one scalar dword per row: lane j the dword of
-// w[j * ldw + 2q] (low half) and w[j * ldw + 2q + 1] (high; +0 with `last_odd`, and not read),
-// 0 past n. For the depths after the last whole block of 32.
-GROUPLIN_AVX512BF16 inline __m512i pair_row_of(const uint16_t* w, int64_t ldw, int n, int64_t q,
-                                               bool last_odd) {
-  alignas(64) uint32_t v[16] = {};
-  for (int j = 0; j < n; ++j) {
-    const uint16_t* p = w + j * ldw + 2 * q;
-    if (last_odd) {
-      v[j] = p[0];
-    } else {
-      __builtin_memcpy(&v[j], p, sizeof v[j]);
-    }
-  }
-  return _mm512_load_si512(v);
-}
-
-// r[j] (16 dwords of row j) -> r[q] (dword q of every row): a 16 x 16 dword transpose in
-// registers, by 32-bit and 64-bit unpacks within 128-bit lanes, then two rounds of lane shuffles.
-// GCC 12's avx512fintrin.h passes an undefined vector as the unused merge source of these
-// unpacks, which -Wmaybe-uninitialized reports at every use: silenced here only.
+// One element of dot_tile_pairs from its 16 lane sums: lanes l and l + 8 added, then l and l + 4,
+// l and l + 2, l and l + 1. GCC 12's avx512fintrin.h casts and extracts 256-bit halves from an
+// undefined vector, which -Wuninitialized reports at every use: silenced here only.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-GROUPLIN_AVX512BF16 inline void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-  }
-  // u[4k + c], 128-bit lane L: dword 4L + c of rows 4k..4k+3.
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-    u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-    u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-    const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
-    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
-  }
+GROUPLIN_AVX512BF16 inline float sum_pair_lanes(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 
-// MR rows x one strip over the whole depth, B read from the weights' rows in place: blocks of 16
-// pair rows (32 depths) loaded one weight row per register and transposed, then pair_fixed's
-// chain, element by element, over the pair rows in order.
+// One block of 32 depths (at a and w) of dot_pairs_fixed into its chain r: MR vdpbf16ps.
 template <int MR>
-GROUPLIN_AVX512BF16 void pair_rows_fixed(int n, int64_t kc, const uint16_t* a, int64_t lda,
-                                         const uint16_t* w, int64_t ldw, float* c, int64_t ldc) {
-  __m512 acc[MR];
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-  const int64_t pairs = (kc + 1) / 2, whole = kc / 32 * 16;
-  for (int64_t q0 = 0; q0 < whole; q0 += 16) {
-    __m512i b[16];
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) {
-      b[j] = j < n ? _mm512_loadu_si512(w + j * ldw + 2 * q0) : _mm512_setzero_si512();
-    }
-    transpose16(b);
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; ++q) {
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        acc[i] = dot_pairs(acc[i], broadcast_pair(a + i * lda, q0 + q, false), b[q]);
-      }
-    }
-  }
-  for (int64_t q = whole; q < pairs; ++q) {
-    const bool last_odd = 2 * q + 1 == kc;
-    const __m512i bv = pair_row_of(w, ldw, n, q, last_odd);
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-      acc[i] = dot_pairs(acc[i], broadcast_pair(a + i * lda, q, last_odd), bv);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) _mm512_storeu_ps(c + i * ldc, acc[i]);
+GROUPLIN_AVX512BF16 inline void dot_pairs_block(const uint16_t* a, int64_t lda, const uint16_t* w,
+                                                __m512 (*acc)[4], int r) {
+  const __m512i wv = _mm512_loadu_si512(w);
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i)
+    acc[i][r] = dot_pairs(acc[i][r], _mm512_loadu_si512(a + i * lda), wv);
 }
 
-void pair_tile_rows_avx512bf16(int mr, int cols, int64_t kc, const uint16_t* a, int64_t lda,
+// MR rows of a against one row of w, both read along the depth, in the four chains of
+// dot_tile_pairs (block g into chain g mod 4, so that four vdpbf16ps are in flight per row of
+// a). The depths after the last whole block of 32 go through zero-padded copies (nothing past a
+// row is read).
+template <int MR>
+GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t lda,
+                                         const uint16_t* w, float* c, int64_t ldc) {
+  __m512 acc[MR][4];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  const int64_t blocks = kc / 32;
+  int64_t g = 0;
+  for (; g + 4 <= blocks; g += 4) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+      dot_pairs_block<MR>(a + 32 * (g + r), lda, w + 32 * (g + r), acc, r);
+  }
+  // The last 0-3 whole blocks, then the ragged one, each into its chain g mod 4 (g mod 4 = 0 here).
+#pragma GCC unroll 3
+  for (int r = 0; r < 3; ++r) {
+    if (g < blocks) {
+      dot_pairs_block<MR>(a + 32 * g, lda, w + 32 * g, acc, r);
+      ++g;
+    }
+  }
+  if (32 * blocks < kc) {
+    alignas(64) uint16_t at[MR][32] = {};
+    alignas(64) uint16_t wt[32] = {};
+    const size_t bytes = sizeof(uint16_t) * static_cast<size_t>(kc - 32 * blocks);
+    for (int i = 0; i < MR; ++i) __builtin_memcpy(at[i], a + i * lda + 32 * blocks, bytes);
+    __builtin_memcpy(wt, w + 32 * blocks, bytes);
+    switch (blocks % 4) {
+      case 0:
+        dot_pairs_block<MR>(at[0], 32, wt, acc, 0);
+        break;
+      case 1:
+        dot_pairs_block<MR>(at[0], 32, wt, acc, 1);
+        break;
+      case 2:
+        dot_pairs_block<MR>(at[0], 32, wt, acc, 2);
+        break;
+      default:
+        dot_pairs_block<MR>(at[0], 32, wt, acc, 3);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3]));
+    c[i * ldc] = sum_pair_lanes(sum);
+  }
+}
+
+// One weight row after another: each row's depth is one stream in memory (on a Zen 4 VM, two
+// or four rows read side by side drew half the bandwidth of one).
+void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
                                const uint16_t* w, int64_t ldw, float* c, int64_t ldc) {
-  using Fixed =
-      void (*)(int, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, float*, int64_t);
-  constexpr Fixed kFixed[4] = {pair_rows_fixed<1>, pair_rows_fixed<2>, pair_rows_fixed<3>,
-                               pair_rows_fixed<4>};
-  kFixed[mr - 1](cols, kc, a, lda, w, ldw, c, ldc);
+  using Fixed = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t);
+  constexpr Fixed kFixed[kPairDotRows] = {dot_pairs_fixed<1>, dot_pairs_fixed<2>,
+                                          dot_pairs_fixed<3>, dot_pairs_fixed<4>,
+                                          dot_pairs_fixed<5>, dot_pairs_fixed<6>};
+  for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc);
 }
 
 }  // namespace
 
 void add_avx512bf16(MicroKernels& set) {
   set.pair_tile = pair_tile_avx512bf16;
-  set.pair_tile_rows = pair_tile_rows_avx512bf16;
+  set.dot_tile_pairs = dot_tile_pairs_avx512bf16;
   set.pair_rows = kOuterRows;
   set.pair_strips = kMaxStrips;
   set.name = "avx512bf16";

@@ -100,23 +100,33 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // in depth blocks of kOuterDepth (a multiple of 2 * kPairGroup, so that blocking never splits a
 // pair group) or, on AMX, the whole depth at once (wgrad: blocks of kPairScratchDepth;
 // pair_product in tile_products.hpp):
-// forward for experts with more rows than forward_dots takes (and, on a set with pair_tile_rows,
+// forward for experts with more rows than forward_dots takes (and, on a set with dot_tile_pairs,
 // `few_rows`: AVX512-BF16, for every expert with rows), dgrad and wgrad for experts with more
 // than kDirectMaxRows (kDirectMaxDepth) rows (the fewer-row paths are memory- or write-bound
 // and stay widened). Decided by the expert's row count, never the tile's, so the tiling does not
 // change which chain a row gets. On a Zen 4 (AVX512-BF16, 2 threads, same-run GF/s widened /
 // pairs, docs/PERFORMANCE.md) wgrad gained from 16 rows per expert on (qwen3 128 x 1024 x 384:
-// 133 / 161-179); forward of 1-3 rows per expert by pair_tile_rows against the widened dot tiles
-// 1.4-1.9x (qwen3 128 x 384 x 1024, 1 row: 17.0 / 23.0; mixtral 8 x 896 x 1024, 3 rows:
-// 44.4 / 80.4). Not measured: where exactly each switch should be, and AMX anywhere (AMX keeps
-// forward of 1-3 rows on dot tiles).
+// 133 / 161-179).
+// Forward of experts of 1 to kPairDotMaxRows rows runs dot_tile_pairs, which reads each weight
+// row as it lies, BF16, one vdpbf16ps per 32 weights, where the widened dot tiles first widen
+// every weight to F32 (and packed weights go through pair_tile's 6-row tile, mostly empty).
+// On the Zen 4, 2 threads, medians of 4 interleaved rounds, against the widened dot tiles:
+// 1-4 rows per expert 1.4-2.8x, 5-6 rows 1.2-2.3x except deepseek (32 x 1792 x 512) at 6 rows,
+// 0.82x; a bound of 16 rows ran 0.34-1.15x of this one at 7-16 rows. A variant reading four weight
+// rows at once gained nothing there: one memory stream per core reads 16-23 GB/s on that VM,
+// four concurrent streams 8-11 GB/s. Not measured: AMX (it keeps widened dot tiles here).
+inline constexpr int64_t kPairDotMaxRows = kPairDotRows;
+inline bool forward_pair_dots(int64_t rows, bool bf16_operands, bool pair_dots) {
+  return pair_dots && bf16_operands && rows > 0 && rows <= kPairDotMaxRows;
+}
 inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, bool few_rows) {
-  return pair_kernels && bf16_operands && (!forward_dots(rows, true) || (few_rows && rows > 0));
+  return pair_kernels && bf16_operands &&
+         (!forward_dots(rows, true) || forward_pair_dots(rows, true, few_rows));
 }
 // forward_pairs on the current kernel set.
 inline bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {
   const MicroKernels& mk = micro_kernels();
-  return forward_pairs(rows, bf16_operands, mk.pair_tile != nullptr, mk.pair_tile_rows != nullptr);
+  return forward_pairs(rows, bf16_operands, mk.pair_tile != nullptr, mk.dot_tile_pairs != nullptr);
 }
 inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && rows > kDirectMaxRows;
@@ -140,13 +150,17 @@ inline bool wgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
 // How forward sums row r (counted within its expert) of an expert of `rows` rows: one chain of
 // fused multiply-adds over in_features in order (the broadcast and packed paths: the same bits),
 // dot tiles in kDotDepth blocks (experts with few rows), dot tiles in kBroadcastDepth blocks
-// (an expert's last few rows in the broadcast path), or the pair kernels' chain (BF16 x BF16 on a
-// set with pair kernels: `pair_kernels`). The choice depends on the weights' dtype, so a BF16
-// forward matches the F32 forward on the widened values, rounded, where both use one FMA chain.
-enum class ForwardChain { kFma, kDot, kDotTail, kPairs };
+// (an expert's last few rows in the broadcast path), the pair kernels' chain (BF16 x BF16 on a
+// set with pair kernels: `pair_kernels`), or, for experts of a few rows on a set with
+// dot_tile_pairs (`few_rows`), its 16 lane chains. The choice depends on the weights' dtype, so a
+// BF16 forward matches the F32 forward on the widened values, rounded, where both use one FMA
+// chain.
+enum class ForwardChain { kFma, kDot, kDotTail, kPairs, kPairDots };
 inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16, bool pair_kernels,
                                   bool few_rows) {
-  if (forward_pairs(rows, bf16, pair_kernels, few_rows)) return ForwardChain::kPairs;
+  if (forward_pairs(rows, bf16, pair_kernels, few_rows)) {
+    return forward_pair_dots(rows, true, few_rows) ? ForwardChain::kPairDots : ForwardChain::kPairs;
+  }
   if (forward_dots(rows, bf16)) return ForwardChain::kDot;
   if (forward_broadcasts(rows, bf16) && r >= forward_dot_tail_start(rows)) {
     return ForwardChain::kDotTail;

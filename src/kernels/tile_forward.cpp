@@ -205,7 +205,7 @@ Region forward_first(const ForwardArgs& args, const Tile* t) {
   const int64_t m = args.expert_rows[static_cast<size_t>(t->expert)];
   const bool pairs = forward_pairs_on_set(m, bf16_values(w) && args.x.dtype == DType::BF16);
   const uint32_t* packed = packed_for(args, *t);
-  if (pairs && packed != nullptr) {
+  if (pairs && packed != nullptr && !forward_pair_dots(m, true, true)) {
     return packed_region(packed, args, *t, 0, std::min(kOuterDepth, args.in_features));
   }
   const int64_t depth = !pairs && forward_dots(m, bf16_values(w)) ? kDotDepth : kOuterDepth;
@@ -223,17 +223,14 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   if (forward_pairs_on_set(m, bf16_operands)) {
     const uint32_t* packed = packed_for(args, t);
     const MicroKernels& mk = micro_kernels();
-    if (packed == nullptr && forward_dots(m, true)) {
-      // A few rows (pair_tile_rows): B read from the weights' rows in place (transposed in
-      // registers), strip by strip, the whole depth in one call.
+    if (forward_pair_dots(m, true, mk.dot_tile_pairs != nullptr)) {
+      // A few rows (dot_tile_pairs): x's rows and the weights' read along the depth as they lie
+      // (packed weights are not read: their panels would give these rows the pair_tile chain).
       const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-      const auto* x = reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0));
-      for (int64_t j = 0; j < t.cols; j += kOuterCols) {
-        const int n = static_cast<int>(std::min<int64_t>(kOuterCols, t.cols - j));
-        mk.pair_tile_rows(static_cast<int>(t.rows), n, args.in_features, x, args.x.ld,
-                          reinterpret_cast<const uint16_t*>(element(w, t.col0 + j, 0)), w.ld,
-                          acc.c + j, acc.ldc);
-      }
+      mk.dot_tile_pairs(static_cast<int>(t.rows), static_cast<int>(t.cols), args.in_features,
+                        reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0)), args.x.ld,
+                        reinterpret_cast<const uint16_t*>(element(w, t.col0, 0)), w.ld, acc.c,
+                        acc.ldc);
       add_bias_and_store(args, t, acc, s);
       return;
     }

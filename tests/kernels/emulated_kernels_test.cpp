@@ -299,6 +299,74 @@ float model_pairs(Level level, const uint16_t* a, int64_t a_step, const uint16_t
   return acc;
 }
 
+// The documented sum of one dot_tile_pairs element: a and b (n values each, read at a[p] and
+// b[p]) in four chains of 16 lane sums of vdpbf16ps from +0, block g (depths 32g..32g + 31,
+// zeros past n) into chain g mod 4, lane l taking the pair at depths 32g + 2l, 32g + 2l + 1; the
+// chains added as (0 + 1) + (2 + 3), then lanes l and l + 8, l and l + 4, l and l + 2, l and l + 1.
+float model_pair_dots(const uint16_t* a, const uint16_t* b, int64_t n) {
+  const auto pair = [&](const uint16_t* v, int64_t p) -> uint32_t {
+    return (p < n ? v[p] : uint32_t{0}) | (p + 1 < n ? uint32_t{v[p + 1]} : uint32_t{0}) << 16;
+  };
+  float chains[4][16] = {};
+  for (int64_t g = 0; 32 * g < n; ++g) {
+    for (int l = 0; l < 16; ++l) {
+      const int64_t p = 32 * g + 2 * l;
+      float& lane = chains[g % 4][l];
+      lane = kernels::emulated::dpbf16_lane(lane, pair(a, p), pair(b, p));
+    }
+  }
+  float lanes[16];
+  for (int l = 0; l < 16; ++l) {
+    lanes[l] = (chains[0][l] + chains[1][l]) + (chains[2][l] + chains[3][l]);
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] = lanes[l] + lanes[l + width];
+  }
+  return lanes[0];
+}
+
+// dot_tile_pairs on rows of a and w read in place (their gaps hold NaN, which must never be
+// read), for every row count it takes and depths around its blocks of 32 (odd ones included):
+// emulated and native, the model's bits (the lane chains and the tree are all the instructions
+// do); nothing outside the call's mr x nr elements is written.
+TEST_P(KernelSetTest, DotTilePairsFollowsItsLaneChainsAndWritesOnlyItsTile) {
+  if (set_->dot_tile_pairs == nullptr) {
+    GTEST_SKIP() << "skipped: " << set_->name << " keeps experts of few rows on dot tiles";
+  }
+  constexpr int kCols = 5;
+  for (int64_t kc : {1, 2, 31, 32, 33, 64, 65, 96, 127, 128, 129, 160, 161, 200, 1000}) {
+    const int64_t lda = kc + 3, ldw = kc + 5;
+    std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kernels::kPairDotRows * lda), 21);
+    std::vector<uint16_t> w = random_bf16(static_cast<size_t>(kCols * ldw), 22);
+    for (int64_t i = 0; i < kernels::kPairDotRows; ++i) {
+      for (int64_t p = kc; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
+    }
+    for (int64_t j = 0; j < kCols; ++j) {
+      for (int64_t p = kc; p < ldw; ++p) w[j * ldw + p] = 0x7fc0;
+    }
+    for (int mr = 1; mr <= kernels::kPairDotRows; ++mr) {
+      for (int nr = 1; nr <= kCols; ++nr) {
+        const int64_t ldc = kCols + 2;
+        std::vector<float> c(static_cast<size_t>((kernels::kPairDotRows + 1) * ldc), 7.0f);
+        set_->dot_tile_pairs(mr, nr, kc, a.data(), lda, w.data(), ldw, c.data(), ldc);
+        for (int64_t i = 0; i <= kernels::kPairDotRows; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = c[i * ldc + j];
+            if (i >= mr || j >= nr) {
+              ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
+              continue;
+            }
+            const float want = model_pair_dots(a.data() + i * lda, w.data() + j * ldw, kc);
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+                << "kc " << kc << " mr " << mr << " nr " << nr << " at " << i << "," << j << ": "
+                << got << " vs " << want;
+          }
+        }
+      }
+    }
+  }
+}
+
 // pair_tile on A read in place (its row gaps hold NaN, which must never be read) and B packed by
 // pack_pairs_transposed, for every row and strip count the set takes and ragged depths: emulated,
 // the model's bits; native, within the F32 tolerance of the exact sum. Nothing outside the rows
@@ -434,8 +502,10 @@ TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
       }
       for (size_t e = 0; e < c.splits.size(); ++e) {
         const int64_t m = c.splits[e];
-        const bool fwd_pairs =
-            kernels::forward_pairs(m, pairs, pairs, pairs && set_->pair_tile_rows != nullptr);
+        const bool few = pairs && set_->dot_tile_pairs != nullptr;
+        const bool fwd_pairs = kernels::forward_pairs(m, pairs, pairs, few);
+        const bool fwd_dots =
+            kernels::forward_chain(m, 0, pairs, pairs, few) == kernels::ForwardChain::kPairDots;
         const bool dgrad_pairs = kernels::dgrad_pairs(m, pairs, pairs);
         for (int64_t r = first[e]; r < first[e] + m; ++r) {
           if (!fwd_pairs) {
@@ -451,7 +521,8 @@ TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
           const auto* g = reinterpret_cast<const uint16_t*>(got.dy.data()) + r * c.out;
           const auto* dx = reinterpret_cast<const uint16_t*>(got.dx.data()) + r * c.in;
           for (int64_t o = 0; fwd_pairs && o < c.out; ++o) {
-            float v = model_pairs(GetParam().level, x, 1, w + o * c.in, 1, c.in);
+            float v = fwd_dots ? model_pair_dots(x, w + o * c.in, c.in)
+                               : model_pairs(GetParam().level, x, 1, w + o * c.in, 1, c.in);
             if (c.bias)
               v += bf16_to_f32(reinterpret_cast<const uint16_t*>(got.biases[e].data())[o]);
             ASSERT_EQ(f32_to_bf16(v), y[o]) << "forward row " << r << " col " << o;

@@ -165,7 +165,7 @@ TEST_F(KernelsTest, Bf16IsF32OnWidenedValuesRoundedOnce) {
         if (!kernels::dgrad_pairs(c.splits[e], true, pairs)) {
           EXPECT_TRUE(rounded_dx.select(row).bit_equal(b.dx.select(row))) << "dgrad row " << row;
         }
-        const bool few = kernels::micro_kernels().pair_tile_rows != nullptr;
+        const bool few = kernels::micro_kernels().dot_tile_pairs != nullptr;
         if (kernels::forward_chain(c.splits[e], r, true, pairs, few) !=
             kernels::forward_chain(c.splits[e], r, false, false, false)) {
           continue;
@@ -318,7 +318,7 @@ TEST_F(KernelsTest, TilingDoesNotChangeResults) {
     for (size_t e = 0; e < c.splits.size(); ++e) {
       const int64_t m = c.splits[e];
       if (kernels::forward_pairs(m, pairs, pairs,
-                                 kernels::micro_kernels().pair_tile_rows != nullptr)) {
+                                 kernels::micro_kernels().dot_tile_pairs != nullptr)) {
         continue;
       }
       if (!kernels::forward_broadcasts(m, dt == DType::BF16)) continue;

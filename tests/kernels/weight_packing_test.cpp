@@ -137,33 +137,6 @@ TEST_P(WeightPackingTest, PackedWeightsGiveTheBitsOfPackingPerTile) {
   }
 }
 
-// pair_tile_rows (B read in place from the weights' rows) gives pair_tile's bits on the same rows
-// packed into pair panels, for every row count it takes, whole and ragged strips, and depths
-// around its blocks of 32 (odd ones included); it writes only its rows' 16 floats.
-TEST_P(WeightPackingTest, PairTileRowsGivesPairTileBitsOnPackedPanels) {
-  if (set_.pair_tile_rows == nullptr) {
-    GTEST_SKIP() << "skipped: " << GetParam().name << " keeps experts of few rows on dot tiles";
-  }
-  const int64_t ld = 200, lda = 130;
-  const Tensor w = random_tensor({16, ld}, DType::BF16, 21),
-               a = random_tensor({4, lda}, DType::BF16, 22);
-  const auto* wp = reinterpret_cast<const uint16_t*>(w.data());
-  const auto* ap = reinterpret_cast<const uint16_t*>(a.data());
-  for (int n : {1, 7, 16}) {
-    for (int64_t kc : {1, 2, 31, 32, 33, 64, 65, 96, 127}) {
-      std::vector<uint32_t> panel(static_cast<size_t>(kernels::pair_panel_dwords(kc)));
-      kernels::pack_pairs_transposed({w.data(), DType::BF16, ld}, 0, kc, 0, n, panel.data());
-      for (int mr = 1; mr <= 4; ++mr) {
-        std::vector<float> want(4 * 24, -7.0f), got(4 * 24, -7.0f);
-        set_.pair_tile(mr, 1, kc, ap, lda, panel.data(), 0, want.data(), 24, false);
-        set_.pair_tile_rows(mr, n, kc, ap, lda, wp, ld, got.data(), 24);
-        ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
-            << n << " rows of w, depth " << kc << ", " << mr << " rows of a";
-      }
-    }
-  }
-}
-
 GroupedLinearOptions options(WeightLayout layout, DType dtype) {
   GroupedLinearOptions o;
   o.num_gemms = static_cast<int64_t>(kSplits.size());
