@@ -7,8 +7,8 @@
 // set's: 6 rows x 4 strips of 16 columns, 24 zmm sums. dot_tile_pairs, for forward of experts
 // with 1-6 rows, reads x's and the weights' rows along the depth, as they lie, one weight row at
 // a time (one memory stream), and sums each element in four chains of 16 lanes: one load and one
-// vdpbf16ps per 32 weights (1.4-2.8x the widened dot tiles at 1-4 rows per expert, 2 threads of
-// a Zen 4; tile_compute.hpp).
+// vdpbf16ps per 32 weights (1.4-2.8x the transposing kernel it replaced at 1-3 rows per expert,
+// 2 threads of a Zen 4; tile_compute.hpp).
 //
 // Each element's sum of pair_tile is one chain of vdpbf16ps over the pair rows in order, from c
 // (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree

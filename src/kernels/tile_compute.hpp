@@ -108,13 +108,14 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // pairs, docs/PERFORMANCE.md) wgrad gained from 16 rows per expert on (qwen3 128 x 1024 x 384:
 // 133 / 161-179).
 // Forward of experts of 1 to kPairDotMaxRows rows runs dot_tile_pairs, which reads each weight
-// row as it lies, BF16, one vdpbf16ps per 32 weights, where the widened dot tiles first widen
-// every weight to F32 (and packed weights go through pair_tile's 6-row tile, mostly empty).
-// On the Zen 4, 2 threads, medians of 4 interleaved rounds, against the widened dot tiles:
-// 1-4 rows per expert 1.4-2.8x, 5-6 rows 1.2-2.3x except deepseek (32 x 1792 x 512) at 6 rows,
-// 0.82x; a bound of 16 rows ran 0.34-1.15x of this one at 7-16 rows. A variant reading four weight
-// rows at once gained nothing there: one memory stream per core reads 16-23 GB/s on that VM,
-// four concurrent streams 8-11 GB/s. Not measured: AMX (it keeps widened dot tiles here).
+// row as it lies, one load and one vdpbf16ps per 32 weights, no transposes and no packing. On the
+// Zen 4, 2 threads, medians of 4 interleaved rounds, against what ran there before (1-3 rows:
+// pair_tile with the weights transposed in registers; 4-6 rows: turned pair tiles): 1-3 rows per
+// expert 1.4-2.8x, 4 rows 1.4-2.3x, 5-6 rows 1.2-1.7x (deepseek, 32 experts of 512 x 1792, at 6
+// rows: 0.82x in that run, 1.04x in a rerun); a bound of 16 rows ran 0.34-1.15x of this one at
+// 7-16 rows. Reading four weight rows at once gained nothing: one memory stream per core reads
+// 16-23 GB/s on that VM, four concurrent streams 8-11 GB/s. AMX not measured (it keeps widened
+// dot tiles for 1-3 rows).
 inline constexpr int64_t kPairDotMaxRows = kPairDotRows;
 inline bool forward_pair_dots(int64_t rows, bool bf16_operands, bool pair_dots) {
   return pair_dots && bf16_operands && rows > 0 && rows <= kPairDotMaxRows;
