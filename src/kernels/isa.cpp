@@ -65,6 +65,7 @@ CpuFeatures detect_cpu() {
   f.avx2_fma = ymm && fma && ((b7 >> 5) & 1);
   f.avx512f = f.avx2_fma && zmm && ((b7 >> 16) & 1);
   f.avx512bf16 = f.avx512f && ((a71 >> 5) & 1);
+  f.avx512vbmi = f.avx512f && ((c7 >> 1) & 1);
   f.zmm_halves = f.avx512f && f.amd && family == 25;
   const bool amx_cpu = ((d7 >> 22) & 1) && ((d7 >> 24) & 1);  // AMX-BF16, AMX-TILE
   if (amx_cpu && f.avx512f) {
@@ -170,6 +171,7 @@ std::string describe(const CpuFeatures& f) {
   add(f.avx2_fma, "avx2 fma");
   add(f.avx512f, "avx512f");
   add(f.avx512bf16, "avx512_bf16");
+  add(f.avx512vbmi, "avx512_vbmi");
   add(f.amx_bf16, "amx_bf16");
   add(f.amx_refused, "(amx refused by the OS)");
   return s.empty() ? "no AVX2" : s;

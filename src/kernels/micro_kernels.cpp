@@ -26,6 +26,7 @@ const X86Sets& x86_sets() {
     native::add_avx512(s.avx512);
     s.avx512bf16 = s.avx512;
     native::add_avx512bf16(s.avx512bf16);
+    if (detect_cpu().avx512vbmi) native::add_fp8_pairs(s.avx512bf16);
     s.amx = s.avx512bf16;
     native::add_amx(s.amx);
     return s;

@@ -120,6 +120,17 @@ struct MicroKernels {
   // Requires: 1 <= mr <= kPairDotRows, nr >= 1, kc >= 1.
   void (*dot_tile_pairs)(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
                          const uint16_t* w, int64_t ldw, float* c, int64_t ldc);
+  // c[i * ldc + j] = the sum over p < kc of a[i * lda + p] * W(j, p) for BF16 rows of a and FP8
+  // weights b (codes along the depth with their 128 x 128 block scales), scaled block by block as
+  // block-scaled FP8 GEMMs do, not weight by weight: each code becomes its BF16 value (exact), and
+  // each sum is 16 lane sums from +0; in block q of kFp8Block depths (zeros past kc), lane l forms
+  // t by one vdpbf16ps chain from +0 over the block's pairs at 32k + 2l, 32k + 2l + 1 of a and of
+  // the codes, k = 0..3 in order, and becomes fma(t, block q's scale, lane); the lanes are then
+  // added as dot_tile_pairs' are (l + 8, l + 4, l + 2, l + 1). Null in sets without it (it needs
+  // AVX512-BF16 and AVX512-VBMI; AMX not measured). Requires: 1 <= mr <= kPairDotRows, nr >= 1,
+  // kc >= 1, b.col0 a multiple of kFp8Block.
+  void (*dot_tile_fp8_pairs)(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
+                             const Fp8Operand& b, float* c, int64_t ldc);
   int pair_rows;    // the most rows of one pair_tile call (0 without pair kernels)
   int pair_strips;  // the most strips of one pair_tile call
   // pair_tile over any number of rows and a long depth in one call: the same chains, the same

@@ -187,7 +187,8 @@ GROUPLIN_AMX void pair_block_amx(int64_t rows, int strips, int64_t kc, const uin
 void add_amx(MicroKernels& set) {
   set.pair_tile = pair_tile_amx;
   set.pair_block = pair_block_amx;
-  set.dot_tile_pairs = nullptr;  // experts of a few rows stay on dot tiles: not measured on AMX
+  set.dot_tile_pairs = nullptr;      // experts of a few rows stay on dot tiles: not measured on AMX
+  set.dot_tile_fp8_pairs = nullptr;  // not measured on AMX either
   set.pair_release = release_tiles;
   set.pair_rows = 2 * kTileRows;
   set.pair_strips = 2;

@@ -9,6 +9,9 @@
 // a time (one memory stream), and sums each element in four chains of 16 lanes: one load and one
 // vdpbf16ps per 32 weights (1.4-2.8x the transposing kernel it replaced at 1-3 rows per expert,
 // 2 threads of a Zen 4; tile_compute.hpp).
+// dot_tile_fp8_pairs (added only where the CPU has AVX512-VBMI, add_fp8_pairs) does the same for
+// FP8 weights: codes turned into BF16 by vpermi2b table lookups, each 128-depth block's sum
+// scaled once.
 //
 // Each element's sum of pair_tile is one chain of vdpbf16ps over the pair rows in order, from c
 // (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree
@@ -23,6 +26,7 @@
 // reads) and natively against the double-precision reference (on the Zen 4: passed).
 //
 // Only what this file defines goes into its object (see micro_kernels_avx512.cpp).
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/micro_kernels_x86.hpp"
@@ -196,6 +200,141 @@ void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, in
   for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc);
 }
 
+// FP8 weights against BF16 rows (dot_tile_fp8_pairs): E4M3 codes become BF16 values by two
+// byte-table lookups (vpermi2b, AVX512-VBMI), so that vdpbf16ps takes 32 weights per instruction
+// where the F32 kernels decode, scale and multiply 16 at a time.
+#define GROUPLIN_AVX512BF16_VBMI GROUPLIN_TARGET("avx512bf16,avx512vbmi,avx512bw,avx512f,avx2,fma")
+
+// The BF16 bits of each E4M3 magnitude (a code's low 7 bits), high and low bytes apart: every
+// E4M3 value is a BF16 value (subnormal codes become normal BF16 values), 0x7f is NaN.
+struct Fp8Bf16Tables {
+  alignas(64) uint8_t high[128];
+  alignas(64) uint8_t low[128];
+  alignas(64) uint8_t first[64];   // interleaves low and high bytes of codes 0-31 into words
+  alignas(64) uint8_t second[64];  // ... and of codes 32-63
+};
+constexpr Fp8Bf16Tables make_fp8_bf16_tables() {
+  Fp8Bf16Tables t{};
+  for (int m = 0; m < 128; ++m) {
+    const int e = m >> 3, f = m & 7;
+    int bits = ((e + 120) << 7) | (f << 4);  // 2^(e - 7) x (1 + f / 8)
+    if (m == 0x7f) {
+      bits = 0x7fc0;
+    } else if (e == 0) {  // f x 2^-9 = 2^(k - 9) x (f / 2^k), 2^k the top bit of f
+      const int k = f >= 4 ? 2 : f >= 2 ? 1 : 0;
+      bits = f == 0 ? 0 : ((118 + k) << 7) | ((f - (1 << k)) << (7 - k));
+    }
+    t.high[m] = static_cast<uint8_t>(bits >> 8);
+    t.low[m] = static_cast<uint8_t>(bits & 0xff);
+  }
+  for (int i = 0; i < 32; ++i) {
+    t.first[2 * i] = static_cast<uint8_t>(i);
+    t.first[2 * i + 1] = static_cast<uint8_t>(64 + i);
+    t.second[2 * i] = static_cast<uint8_t>(32 + i);
+    t.second[2 * i + 1] = static_cast<uint8_t>(96 + i);
+  }
+  return t;
+}
+constexpr Fp8Bf16Tables kFp8Bf16 = make_fp8_bf16_tables();
+
+struct Fp8Decoder {
+  __m512i high0, high1, low0, low1, first, second, sign;
+};
+GROUPLIN_AVX512BF16_VBMI inline Fp8Decoder fp8_decoder() {
+  return {_mm512_load_si512(kFp8Bf16.high),         _mm512_load_si512(kFp8Bf16.high + 64),
+          _mm512_load_si512(kFp8Bf16.low),          _mm512_load_si512(kFp8Bf16.low + 64),
+          _mm512_load_si512(kFp8Bf16.first),        _mm512_load_si512(kFp8Bf16.second),
+          _mm512_set1_epi8(static_cast<char>(0x80))};
+}
+
+// 64 codes into 64 BF16 values in depth order, codes 0-31 in w0 and 32-63 in w1.
+GROUPLIN_AVX512BF16_VBMI inline void decode_fp8_64(const Fp8Decoder& d, __m512i codes, __m512i& w0,
+                                                   __m512i& w1) {
+  __m512i high = _mm512_permutex2var_epi8(d.high0, codes, d.high1);
+  const __m512i low = _mm512_permutex2var_epi8(d.low0, codes, d.low1);
+  high = _mm512_ternarylogic_epi32(high, codes, d.sign, 0xf8);  // high | (codes & 0x80)
+  w0 = _mm512_permutex2var_epi8(low, d.first, high);
+  w1 = _mm512_permutex2var_epi8(low, d.second, high);
+}
+
+// The first n bytes at p (n <= 64; none when n <= 0), zeros after: the last, partial block of
+// a row without reading past it. SIMDe has no masked byte load: the emulated build copies.
+#if defined(GROUPLIN_X86_EMULATED)
+inline __m512i load_first_bytes(const void* p, int64_t n) {
+  alignas(64) uint8_t t[64] = {};
+  if (n > 0) __builtin_memcpy(t, p, static_cast<size_t>(std::min<int64_t>(n, 64)));
+  return _mm512_load_si512(t);
+}
+#else
+GROUPLIN_AVX512BF16_VBMI inline __m512i load_first_bytes(const void* p, int64_t n) {
+  const __mmask64 m = n >= 64 ? ~__mmask64{0} : n <= 0 ? 0 : (__mmask64{1} << n) - 1;
+  return _mm512_maskz_loadu_epi8(m, p);
+}
+#endif
+
+// One block of kFp8Block depths (128 codes at `codes`, MR rows of a; with kPartial, only the
+// first n depths, zeros after): per row, one vdpbf16ps chain over the block's four groups of 32
+// depths from +0, then one fused multiply-add by the block's scale into the row's sums.
+template <int MR, bool kPartial>
+GROUPLIN_AVX512BF16_VBMI inline void fp8_pairs_block(const Fp8Decoder& d, const uint16_t* a,
+                                                     int64_t lda, const uint8_t* codes, int64_t n,
+                                                     float scale, __m512* acc) {
+  __m512i w[4];
+  decode_fp8_64(d, kPartial ? load_first_bytes(codes, n) : _mm512_loadu_si512(codes), w[0], w[1]);
+  decode_fp8_64(d, kPartial ? load_first_bytes(codes + 64, n - 64) : _mm512_loadu_si512(codes + 64),
+                w[2], w[3]);
+  const __m512 s = _mm512_set1_ps(scale);
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    __m512 t = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const uint16_t* ak = a + i * lda + 32 * k;
+      t = dot_pairs(t, kPartial ? load_first_bytes(ak, 2 * (n - 32 * k)) : _mm512_loadu_si512(ak),
+                    w[k]);
+    }
+    acc[i] = _mm512_fmadd_ps(t, s, acc[i]);
+  }
+}
+
+// MR rows of a against one row of codes (its block scales at `scales`, one per kFp8Block
+// depths).
+template <int MR>
+GROUPLIN_AVX512BF16_VBMI void fp8_pairs_fixed(int64_t kc, const uint16_t* a, int64_t lda,
+                                              const uint8_t* codes, const float* scales, float* c,
+                                              int64_t ldc) {
+  const Fp8Decoder d = fp8_decoder();
+  __m512 acc[MR];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t blocks = kc / kFp8Block;
+  for (int64_t q = 0; q < blocks; ++q) {
+    fp8_pairs_block<MR, false>(d, a + kFp8Block * q, lda, codes + kFp8Block * q, kFp8Block,
+                               scales[q], acc);
+  }
+  if (kFp8Block * blocks < kc) {
+    fp8_pairs_block<MR, true>(d, a + kFp8Block * blocks, lda, codes + kFp8Block * blocks,
+                              kc - kFp8Block * blocks, scales[blocks], acc);
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) c[i * ldc] = sum_pair_lanes(acc[i]);
+}
+
+// One weight row after another (one memory stream), all rows of a at once (each code decoded
+// once).
+void dot_tile_fp8_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
+                                   const Fp8Operand& b, float* c, int64_t ldc) {
+  using Fixed =
+      void (*)(int64_t, const uint16_t*, int64_t, const uint8_t*, const float*, float*, int64_t);
+  constexpr Fixed kFixed[kPairDotRows] = {fp8_pairs_fixed<1>, fp8_pairs_fixed<2>,
+                                          fp8_pairs_fixed<3>, fp8_pairs_fixed<4>,
+                                          fp8_pairs_fixed<5>, fp8_pairs_fixed<6>};
+  for (int j = 0; j < nr; ++j) {
+    const float* scales = b.scales + (b.row0 + j) / kFp8Block * b.scale_ld + b.col0 / kFp8Block;
+    kFixed[mr - 1](kc, a, lda, b.codes + j * b.ld, scales, c + j, ldc);
+  }
+}
+
 }  // namespace
 
 void add_avx512bf16(MicroKernels& set) {
@@ -205,5 +344,7 @@ void add_avx512bf16(MicroKernels& set) {
   set.pair_strips = kMaxStrips;
   set.name = "avx512bf16";
 }
+
+void add_fp8_pairs(MicroKernels& set) { set.dot_tile_fp8_pairs = dot_tile_fp8_pairs_avx512bf16; }
 
 }  // namespace grouplin::kernels::GROUPLIN_X86_NS

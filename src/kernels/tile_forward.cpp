@@ -220,6 +220,17 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const Scratch s = split_scratch(t, scratch);
   const int64_t m = args.expert_rows[e];
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
+  const MicroKernels& set = micro_kernels();
+  if (forward_fp8_pair_dots(m, w.dtype == DType::F8_E4M3 && args.x.dtype == DType::BF16,
+                            set.dot_tile_fp8_pairs != nullptr)) {
+    // FP8 codes against x's few rows along the whole depth, one weight row at a time.
+    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+    set.dot_tile_fp8_pairs(static_cast<int>(t.rows), static_cast<int>(t.cols), args.in_features,
+                           reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0)), args.x.ld,
+                           fp8_operand(w, t.col0, 0), acc.c, acc.ldc);
+    add_bias_and_store(args, t, acc, s);
+    return;
+  }
   if (forward_pairs_on_set(m, bf16_operands)) {
     const uint32_t* packed = packed_for(args, t);
     const MicroKernels& mk = micro_kernels();

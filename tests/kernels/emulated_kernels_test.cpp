@@ -35,6 +35,7 @@
 #include "kernels/packing.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/tile_compute.hpp"
+#include "pair_dot_models.hpp"
 
 namespace grouplin::kernel_test {
 namespace {
@@ -75,10 +76,12 @@ std::optional<MicroKernels> make_set(const SetUnderTest& u, std::string& why_not
     }
     kernels::native::add_avx512(set);
     if (u.level >= Level::kAvx512Bf16) kernels::native::add_avx512bf16(set);
+    if (u.level >= Level::kAvx512Bf16 && f.avx512vbmi) kernels::native::add_fp8_pairs(set);
     if (u.level == Level::kAmx) kernels::native::add_amx(set);
   } else {
     kernels::emulated::add_avx512(set);
     if (u.level >= Level::kAvx512Bf16) kernels::emulated::add_avx512bf16(set);
+    if (u.level >= Level::kAvx512Bf16) kernels::emulated::add_fp8_pairs(set);
     if (u.level == Level::kAmx) kernels::emulated::add_amx(set);
   }
   return set;
@@ -299,32 +302,6 @@ float model_pairs(Level level, const uint16_t* a, int64_t a_step, const uint16_t
   return acc;
 }
 
-// The documented sum of one dot_tile_pairs element: a and b (n values each, read at a[p] and
-// b[p]) in four chains of 16 lane sums of vdpbf16ps from +0, block g (depths 32g..32g + 31,
-// zeros past n) into chain g mod 4, lane l taking the pair at depths 32g + 2l, 32g + 2l + 1; the
-// chains added as (0 + 1) + (2 + 3), then lanes l and l + 8, l and l + 4, l and l + 2, l and l + 1.
-float model_pair_dots(const uint16_t* a, const uint16_t* b, int64_t n) {
-  const auto pair = [&](const uint16_t* v, int64_t p) -> uint32_t {
-    return (p < n ? v[p] : uint32_t{0}) | (p + 1 < n ? uint32_t{v[p + 1]} : uint32_t{0}) << 16;
-  };
-  float chains[4][16] = {};
-  for (int64_t g = 0; 32 * g < n; ++g) {
-    for (int l = 0; l < 16; ++l) {
-      const int64_t p = 32 * g + 2 * l;
-      float& lane = chains[g % 4][l];
-      lane = kernels::emulated::dpbf16_lane(lane, pair(a, p), pair(b, p));
-    }
-  }
-  float lanes[16];
-  for (int l = 0; l < 16; ++l) {
-    lanes[l] = (chains[0][l] + chains[1][l]) + (chains[2][l] + chains[3][l]);
-  }
-  for (int width = 8; width >= 1; width /= 2) {
-    for (int l = 0; l < width; ++l) lanes[l] = lanes[l] + lanes[l + width];
-  }
-  return lanes[0];
-}
-
 // dot_tile_pairs on rows of a and w read in place (their gaps hold NaN, which must never be
 // read), for every row count it takes and depths around its blocks of 32 (odd ones included):
 // emulated and native, the model's bits (the lane chains and the tree are all the instructions
@@ -365,6 +342,71 @@ TEST_P(KernelSetTest, DotTilePairsFollowsItsLaneChainsAndWritesOnlyItsTile) {
       }
     }
   }
+}
+
+// dot_tile_fp8_pairs on BF16 rows and FP8 code rows read in place (their gaps hold NaN, which must
+// never be read), every code but NaN, rows whose scales cross a block row, depths around the
+// 128-depth blocks and their 32-depth groups: emulated and native, the model's bits; nothing
+// outside the call's mr x nr elements is written. A NaN code gives NaN.
+TEST_P(KernelSetTest, DotTileFp8PairsScalesEachBlockSumAndWritesOnlyItsTile) {
+  if (set_->dot_tile_fp8_pairs == nullptr) {
+    GTEST_SKIP() << "skipped: " << set_->name
+                 << " has no FP8 pair dots (FP8 forward decodes to F32 there)";
+  }
+  constexpr int kCols = 4;
+  constexpr int64_t kRow0 = 126;  // rows 126-129: two rows of scale blocks
+  for (int64_t kc : {1, 2, 31, 33, 64, 127, 128, 129, 200, 256, 300, 1000}) {
+    const int64_t lda = kc + 3, ldb = kc + 5, blocks = (kc + 127) / 128;
+    std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kernels::kPairDotRows * lda), 31);
+    for (int64_t i = 0; i < kernels::kPairDotRows; ++i) {
+      for (int64_t p = kc; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
+    }
+    std::vector<uint8_t> codes(static_cast<size_t>(kCols * ldb), 0x7f);  // NaN gaps
+    std::mt19937 gen(static_cast<unsigned>(kc));
+    for (int64_t j = 0; j < kCols; ++j) {
+      for (int64_t p = 0; p < kc; ++p) {
+        auto code = static_cast<uint8_t>((j * kc + p) * 37 + gen() % 7);
+        if ((code & 0x7f) == 0x7f) code ^= 1;
+        codes[static_cast<size_t>(j * ldb + p)] = code;
+      }
+    }
+    std::vector<float> scales(static_cast<size_t>(2 * blocks));  // [2 block rows][blocks]
+    for (size_t q = 0; q < scales.size(); ++q) {
+      scales[q] = std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
+                             static_cast<int>(gen() % 9) - 12);
+    }
+    const kernels::Fp8Operand b{codes.data(), ldb,   scales.data() - blocks * (kRow0 / 128),
+                                blocks,       kRow0, 0};
+    for (int mr = 1; mr <= kernels::kPairDotRows; ++mr) {
+      for (int nr = 1; nr <= kCols; ++nr) {
+        const int64_t ldc = kCols + 2;
+        std::vector<float> c(static_cast<size_t>((kernels::kPairDotRows + 1) * ldc), 7.0f);
+        set_->dot_tile_fp8_pairs(mr, nr, kc, a.data(), lda, b, c.data(), ldc);
+        for (int64_t i = 0; i <= kernels::kPairDotRows; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = c[static_cast<size_t>(i * ldc + j)];
+            if (i >= mr || j >= nr) {
+              ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
+              continue;
+            }
+            const float* row_scales = scales.data() + ((kRow0 + j) / 128 - kRow0 / 128) * blocks;
+            const float want =
+                model_fp8_pair_dots(a.data() + i * lda, codes.data() + j * ldb, row_scales, kc);
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+                << "kc " << kc << " mr " << mr << " nr " << nr << " at " << i << "," << j << ": "
+                << got << " vs " << want;
+          }
+        }
+      }
+    }
+  }
+  std::vector<uint16_t> a(128, f32_to_bf16(1.0f));
+  std::vector<uint8_t> codes(128, 0x38);  // 1.0
+  codes[77] = 0xff;                       // NaN
+  const float scale = 1.0f;
+  float c = 0.0f;
+  set_->dot_tile_fp8_pairs(1, 1, 128, a.data(), 128, {codes.data(), 128, &scale, 1, 0, 0}, &c, 1);
+  EXPECT_TRUE(std::isnan(c)) << c;
 }
 
 // pair_tile on A read in place (its row gaps hold NaN, which must never be read) and B packed by

@@ -1,7 +1,9 @@
 // Grouped GEMMs on FP8 weights (F8_E4M3 codes with one F32 scale per 128 x 128 block) against the
 // same GEMMs on F32 weights holding the dequantized values, beside activations of either dtype:
 // forward and dgrad must give the same bits on whichever kernel set runs both, since the kernels
-// decode FP8 as they read it.
+// decode FP8 as they read it; except forward rows that dot_tile_fp8_pairs sums block by block
+// (BF16 activations, experts of 1 to kPairDotRows rows, on a set that has it), which must give
+// the bits of its model (pair_dot_models.hpp).
 //
 //   Fp8Problem p(case, DType::BF16);
 //   p.expect_dequantized_bits("amx");
@@ -20,6 +22,8 @@
 #include "grouplin/tensor.hpp"
 #include "kernel_reference.hpp"
 #include "kernels/grouped_gemm.hpp"
+#include "kernels/micro_kernels.hpp"
+#include "pair_dot_models.hpp"
 
 namespace grouplin::kernel_test {
 
@@ -85,10 +89,34 @@ struct Fp8Problem {
   void expect_dequantized_bits(const Case& c, const std::string& what) {
     kernels::grouped_forward(x, c.splits, codes, scales, biases, y);
     kernels::grouped_forward(x, c.splits, dequantized, {}, biases, y_want);
+    if (x.dtype() == DType::BF16 && kernels::micro_kernels().dot_tile_fp8_pairs != nullptr) {
+      set_block_scaled_rows(c);
+    }
     kernels::grouped_dgrad(dy, c.splits, codes, scales, dx);
     kernels::grouped_dgrad(dy, c.splits, dequantized, {}, dx_want);
     EXPECT_TRUE(y.bit_equal(y_want)) << what << ": forward";
     EXPECT_TRUE(dx.bit_equal(dx_want)) << what << ": dgrad";
+  }
+
+  // Sets y_want's rows of experts with 1 to kPairDotRows rows by the model of
+  // dot_tile_fp8_pairs (plus the bias, rounded to BF16 once, as every BF16 forward stores).
+  void set_block_scaled_rows(const Case& c) {
+    const int64_t bi = (c.in + 127) / 128;
+    const auto* xs = reinterpret_cast<const uint16_t*>(x.data());
+    auto* want = reinterpret_cast<uint16_t*>(y_want.mutable_data());
+    int64_t row = 0;
+    for (size_t e = 0; e < c.splits.size(); row += c.splits[e], ++e) {
+      if (c.splits[e] < 1 || c.splits[e] > kernels::kPairDotRows) continue;
+      const auto* q = reinterpret_cast<const uint8_t*>(codes[e].data());
+      const float* sf = scales[e].data_as<float>();
+      for (int64_t r = row; r < row + c.splits[e]; ++r) {
+        for (int64_t o = 0; o < c.out; ++o) {
+          float v = model_fp8_pair_dots(xs + r * c.in, q + o * c.in, sf + (o / 128) * bi, c.in);
+          if (c.bias) v += bf16_to_f32(reinterpret_cast<const uint16_t*>(biases[e].data())[o]);
+          want[r * c.out + o] = f32_to_bf16(v);
+        }
+      }
+    }
   }
 };
 
