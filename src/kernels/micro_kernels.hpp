@@ -35,6 +35,8 @@ inline constexpr int64_t kPairGroup = 16;
 
 // FP8 weights carry one F32 scale per block of kFp8Block x kFp8Block codes (DeepSeek-V3's form).
 inline constexpr int64_t kFp8Block = 128;
+// The most rows of one fma_rows_fp8_pairs call.
+inline constexpr int kFp8PairRows = 4;
 
 // FP8 weights as the fused FP8 kernels read them: element (r, c) of the codes (row-major,
 // leading dimension ld) is code x scales[((row0 + r) / kFp8Block) * scale_ld + (col0 + c) /
@@ -48,7 +50,9 @@ struct Fp8Operand {
   int64_t row0, col0;
   // Where the caller reads next, or null: dot_tile_fp8 (its rows) and fma_rows_fp8 (`depth`
   // rows) prefetch from here on at the columns they read, as they read them (a burst per tile
-  // left FP8's stream at half the rate). Prefetches never fault, but keep them inside the matrix.
+  // left FP8's stream at half the rate); fma_rows_fp8_pairs prefetches the first kFp8Block rows
+  // from here (same ld, its columns) during its last block. Prefetches never fault, but keep
+  // them inside the matrix.
   const uint8_t* ahead = nullptr;
 };
 
@@ -159,6 +163,16 @@ struct MicroKernels {
   // Requires: b.col0 a multiple of 8.
   void (*fma_rows_fp8)(int64_t rows, int64_t depth, const float* a, int64_t lda,
                        const Fp8Operand& b, int64_t cols, float* c, int64_t ldc);
+  // c[r * ldc + j] = the sum over p < depth of a[r * lda + p] * W(p, j) for BF16 rows of a (dy)
+  // and FP8 weights b read along their rows (the dgrad of experts of a few rows), scaled block by
+  // block as dot_tile_fp8_pairs is, not weight by weight: each code becomes its BF16 value
+  // (exact); per block q of kFp8Block depths, t = one vdpbf16ps chain from +0 over the pairs of
+  // depths 128q + 2i, 128q + 2i + 1 (i in order; past depth, the last pair's high halves are +0),
+  // then s = fma(t, the scale of block q and column j, s), s starting at +0; c = s. Null in sets
+  // without it (as dot_tile_fp8_pairs). Requires: 1 <= rows <= kFp8PairRows, depth >= 1,
+  // b.row0 a multiple of kFp8Block, b.col0 a multiple of 16.
+  void (*fma_rows_fp8_pairs)(int rows, int64_t depth, const uint16_t* a, int64_t lda,
+                             const Fp8Operand& b, int64_t cols, float* c, int64_t ldc);
 
   // sums[j] = (start + row_0[j]) + row_1[j] + ... + row_{count-1}[j], in that order, for j < n,
   // where start is +0 when `zero` and sums[j] otherwise; row i starts at rows + i * row_bytes,

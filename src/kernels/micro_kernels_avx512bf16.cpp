@@ -11,7 +11,8 @@
 // 2 threads of a Zen 4; tile_compute.hpp).
 // dot_tile_fp8_pairs (added only where the CPU has AVX512-VBMI, add_fp8_pairs) does the same for
 // FP8 weights: codes turned into BF16 by vpermi2b table lookups, each 128-depth block's sum
-// scaled once.
+// scaled once; fma_rows_fp8_pairs does it for the dgrad of experts with 1-4 rows, whose pairs
+// lie in two rows of codes.
 //
 // Each element's sum of pair_tile is one chain of vdpbf16ps over the pair rows in order, from c
 // (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree
@@ -335,6 +336,163 @@ void dot_tile_fp8_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a
   }
 }
 
+// dgrad on FP8 weights (fma_rows_fp8_pairs): the pairs vdpbf16ps takes run down the weights'
+// columns (depths p and p + 1 of one column are in two rows), so two code rows are interleaved
+// byte by byte before the table lookups, and the lookups' low and high bytes interleaved again
+// into dwords. Unpacking works within 128-bit lanes, so the columns come out turned: dword
+// 4k + i of register m holds column 16k + 4m + i of the 64 (unturn_columns puts them back).
+GROUPLIN_AVX512BF16_VBMI inline void decode_fp8_row_pairs(const Fp8Decoder& d, __m512i p, __m512i q,
+                                                          __m512i (&w)[4]) {
+  const __m512i x[2] = {_mm512_unpacklo_epi8(p, q), _mm512_unpackhi_epi8(p, q)};
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m512i high = _mm512_permutex2var_epi8(d.high0, x[h], d.high1);
+    const __m512i low = _mm512_permutex2var_epi8(d.low0, x[h], d.low1);
+    high = _mm512_ternarylogic_epi32(high, x[h], d.sign, 0xf8);  // high | (codes & 0x80)
+    w[2 * h] = _mm512_unpacklo_epi8(low, high);
+    w[2 * h + 1] = _mm512_unpackhi_epi8(low, high);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The four registers of decode_fp8_row_pairs' column order back in column order (a transpose of
+// 4 x 4 blocks of 128 bits): o[k] holds columns 16k..16k + 15. By shuffle_i32x4, which SIMDe
+// emulates (it lacks the f32x4 form); GCC 12's merges into an undefined vector, which
+// -Wmaybe-uninitialized reports (as at sum_pair_lanes).
+GROUPLIN_AVX512BF16_VBMI inline void unturn_columns(const __m512 (&t)[4], __m512 (&o)[4]) {
+  const __m512i t0 = _mm512_castps_si512(t[0]), t1 = _mm512_castps_si512(t[1]);
+  const __m512i t2 = _mm512_castps_si512(t[2]), t3 = _mm512_castps_si512(t[3]);
+  const __m512i u0 = _mm512_shuffle_i32x4(t0, t1, 0x44), u1 = _mm512_shuffle_i32x4(t0, t1, 0xee);
+  const __m512i u2 = _mm512_shuffle_i32x4(t2, t3, 0x44), u3 = _mm512_shuffle_i32x4(t2, t3, 0xee);
+  o[0] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(u0, u2, 0x88));
+  o[1] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(u0, u2, 0xdd));
+  o[2] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(u1, u3, 0x88));
+  o[3] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(u1, u3, 0xdd));
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// c[0, n) = fma(t, scale, c[0, n)) (first: fma(t, scale, +0)), n <= 16; a partial strip through a
+// copy (SIMDe has no masked loads and stores of floats).
+template <bool kPartial>
+GROUPLIN_AVX512BF16_VBMI inline void scale_into(float* c, int64_t n, __m512 t, float scale,
+                                                bool first) {
+  if (!kPartial) {
+    const __m512 old = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c);
+    _mm512_storeu_ps(c, _mm512_fmadd_ps(t, _mm512_set1_ps(scale), old));
+    return;
+  }
+  alignas(64) float buf[16] = {};
+  const size_t bytes = sizeof(float) * static_cast<size_t>(n);
+  if (!first) __builtin_memcpy(buf, c, bytes);
+  _mm512_store_ps(buf, _mm512_fmadd_ps(t, _mm512_set1_ps(scale), _mm512_load_ps(buf)));
+  __builtin_memcpy(c, buf, bytes);
+}
+
+// The lines of one block of code rows (its rows x the call's columns) in address order, a line
+// per step: while a block is read down its columns, 64 at a time (the chains stay in registers),
+// the next one is prefetched along its rows, as one stream. On a Zen 4 (2 threads) reading down
+// the columns with only the same rows' next 64 columns prefetched ran 0.7-1.3x the dequantizing
+// kernel on weights from memory (128 rows in flight at once); the chains kept in memory
+// instead, to read along the rows, 0.5-0.9x (two loads and a store per vdpbf16ps); this
+// stream, 1.3-2.6x (docs/PERFORMANCE.md).
+struct BlockPrefetch {
+  const uint8_t* row;
+  int64_t ld, bytes, rows;
+  int64_t at = 0;
+  GROUPLIN_AVX512BF16_VBMI inline void step() {
+    if (rows <= 0) return;
+    __builtin_prefetch(row + at);
+    at += 64;
+    if (at >= bytes) {
+      at = 0;
+      row += ld;
+      --rows;
+    }
+  }
+};
+
+// Depths p0..p1 (one block) of the group of 64 columns from column j of b (kPartial: its first
+// n, zero codes after, nothing past them read or written) of fma_rows_fp8_pairs for MR rows of
+// a: the chains over the block's pairs from +0, turned back into column order, scaled into c.
+template <int MR, bool kPartial>
+GROUPLIN_AVX512BF16_VBMI void fp8_row_pairs_group(const Fp8Decoder& d, int64_t p0, int64_t p1,
+                                                  int64_t depth, const uint16_t* a, int64_t lda,
+                                                  const Fp8Operand& b, int64_t j, int64_t n,
+                                                  float* c, int64_t ldc, BlockPrefetch& ahead) {
+  const uint8_t* codes = b.codes + p0 * b.ld + j;
+  __m512 t[MR][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) t[i][m] = _mm512_setzero_ps();
+  }
+  for (int64_t p = p0; p < p1; p += 2) {
+    const bool last_odd = p + 1 == depth;
+    const uint8_t* row = codes + (p - p0) * b.ld;
+    const __m512i cp = kPartial ? load_first_bytes(row, n) : _mm512_loadu_si512(row);
+    const __m512i cq = last_odd   ? _mm512_setzero_si512()
+                       : kPartial ? load_first_bytes(row + b.ld, n)
+                                  : _mm512_loadu_si512(row + b.ld);
+    ahead.step();
+    ahead.step();
+    __m512i w[4];
+    decode_fp8_row_pairs(d, cp, cq, w);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m512i av = broadcast_pair(a + i * lda, p / 2, last_odd);
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m) t[i][m] = dot_pairs(t[i][m], av, w[m]);
+    }
+  }
+  const float* scales = b.scales + (b.row0 + p0) / kFp8Block * b.scale_ld;
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    __m512 o[4];
+    unturn_columns(t[i], o);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      if (kPartial && 16 * k >= n) break;
+      const float scale = scales[(b.col0 + j + 16 * k) / kFp8Block];
+      const int64_t width = kPartial ? std::min<int64_t>(16, n - 16 * k) : 16;
+      scale_into<kPartial>(c + i * ldc + j + 16 * k, width, o[k], scale, p0 == 0);
+    }
+  }
+}
+
+template <int MR>
+GROUPLIN_AVX512BF16_VBMI void fp8_row_pairs_fixed(int64_t depth, const uint16_t* a, int64_t lda,
+                                                  const Fp8Operand& b, int64_t cols, float* c,
+                                                  int64_t ldc) {
+  const Fp8Decoder d = fp8_decoder();
+  for (int64_t p0 = 0; p0 < depth; p0 += kFp8Block) {
+    const int64_t p1 = std::min(depth, p0 + kFp8Block);
+    BlockPrefetch ahead{b.codes + p1 * b.ld, b.ld, cols, std::min(kFp8Block, depth - p1)};
+    if (p1 == depth && b.ahead != nullptr)
+      ahead = {b.ahead, b.ld, cols, std::min(kFp8Block, depth)};
+    int64_t j = 0;
+    for (; j + 64 <= cols; j += 64)
+      fp8_row_pairs_group<MR, false>(d, p0, p1, depth, a, lda, b, j, 64, c, ldc, ahead);
+    if (j < cols)
+      fp8_row_pairs_group<MR, true>(d, p0, p1, depth, a, lda, b, j, cols - j, c, ldc, ahead);
+  }
+}
+
+// A depth block at a time, its columns in groups of 64 (every code decoded once).
+void fma_rows_fp8_pairs_avx512bf16(int rows, int64_t depth, const uint16_t* a, int64_t lda,
+                                   const Fp8Operand& b, int64_t cols, float* c, int64_t ldc) {
+  using Fixed =
+      void (*)(int64_t, const uint16_t*, int64_t, const Fp8Operand&, int64_t, float*, int64_t);
+  constexpr Fixed kFixed[kFp8PairRows] = {fp8_row_pairs_fixed<1>, fp8_row_pairs_fixed<2>,
+                                          fp8_row_pairs_fixed<3>, fp8_row_pairs_fixed<4>};
+  kFixed[rows - 1](depth, a, lda, b, cols, c, ldc);
+}
+
 }  // namespace
 
 void add_avx512bf16(MicroKernels& set) {
@@ -345,6 +503,9 @@ void add_avx512bf16(MicroKernels& set) {
   set.name = "avx512bf16";
 }
 
-void add_fp8_pairs(MicroKernels& set) { set.dot_tile_fp8_pairs = dot_tile_fp8_pairs_avx512bf16; }
+void add_fp8_pairs(MicroKernels& set) {
+  set.dot_tile_fp8_pairs = dot_tile_fp8_pairs_avx512bf16;
+  set.fma_rows_fp8_pairs = fma_rows_fp8_pairs_avx512bf16;
+}
 
 }  // namespace grouplin::kernels::GROUPLIN_X86_NS

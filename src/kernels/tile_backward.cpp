@@ -101,6 +101,23 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
     store_rows(acc, t, args.dx, t.row0, t.col0);
     return;
   }
+  const MicroKernels& set = micro_kernels();
+  if (dgrad_fp8_pairs(args.expert_rows[static_cast<size_t>(t.expert)],
+                      w.dtype == DType::F8_E4M3 && args.dy.dtype == DType::BF16,
+                      set.fma_rows_fp8_pairs != nullptr)) {
+    // FP8 codes against dy's few rows, read along the weights' rows a depth block at a time.
+    const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);
+    Fp8Operand operand = fp8_operand(w, 0, t.col0);
+    if (next != nullptr) {
+      const MatrixRef& wn = args.weights[static_cast<size_t>(next->expert)];
+      if (wn.dtype == DType::F8_E4M3) operand.ahead = fp8_operand(wn, 0, next->col0).codes;
+    }
+    set.fma_rows_fp8_pairs(static_cast<int>(t.rows), args.out_features,
+                           reinterpret_cast<const uint16_t*>(element(args.dy, t.row0, 0)),
+                           args.dy.ld, operand, t.cols, acc.c, acc.ldc);
+    store_rows(acc, t, args.dx, t.row0, t.col0);
+    return;
+  }
   const bool direct = t.rows <= kDirectMaxRows;
   const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, direct, t, s);
   if (direct) {

@@ -132,6 +132,15 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
 inline bool forward_fp8_pair_dots(int64_t rows, bool fp8_weights_bf16_x, bool fp8_pairs) {
   return fp8_pairs && fp8_weights_bf16_x && rows > 0 && rows <= kPairDotMaxRows;
 }
+// dgrad on FP8 weights against BF16 dy: experts of 1 to kDgradFp8PairMaxRows rows run
+// fma_rows_fp8_pairs where the set has it (sums scaled block by block, micro_kernels.hpp),
+// instead of fma_rows_fp8 on decoded and scaled codes (the dequantized weights' bits). On the
+// Zen 4, 2 threads, medians of 5 interleaved rounds: 1.3-2.6x fma_rows_fp8 at 1-4 rows per
+// expert, 1.6-4.9x the same case on BF16 weights (docs/PERFORMANCE.md).
+inline constexpr int64_t kDgradFp8PairMaxRows = kFp8PairRows;
+inline bool dgrad_fp8_pairs(int64_t rows, bool fp8_weights_bf16_dy, bool fp8_pairs) {
+  return fp8_pairs && fp8_weights_bf16_dy && rows > 0 && rows <= kDgradFp8PairMaxRows;
+}
 // forward_pairs on the current kernel set.
 inline bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {
   const MicroKernels& mk = micro_kernels();

@@ -409,6 +409,79 @@ TEST_P(KernelSetTest, DotTileFp8PairsScalesEachBlockSumAndWritesOnlyItsTile) {
   EXPECT_TRUE(std::isnan(c)) << c;
 }
 
+// fma_rows_fp8_pairs on BF16 rows of dy and FP8 code rows read in place (gaps and the rows past
+// the depth hold NaN, which must never be read), depths around the 128-row scale blocks, odd
+// depths, column groups of 64 whole or ragged, columns that start mid scale block: emulated and
+// native, the model's bits; nothing outside the rows x cols of the call is written. A NaN code
+// gives NaN in its column only.
+TEST_P(KernelSetTest, FmaRowsFp8PairsScalesEachBlockSumAndWritesOnlyItsColumns) {
+  if (set_->fma_rows_fp8_pairs == nullptr) {
+    GTEST_SKIP() << "skipped: " << set_->name
+                 << " has no FP8 pair rows (FP8 dgrad decodes to F32 there)";
+  }
+  constexpr int kRows = kernels::kFp8PairRows;
+  for (int64_t depth : {1, 2, 3, 127, 128, 129, 256, 301}) {
+    for (int64_t col0 : {0, 112}) {
+      for (int64_t cols : {5, 64, 80, 200}) {
+        const int64_t ld = col0 + cols + 9, lda = depth + 3, ldc = cols + 2;
+        const int64_t scale_ld = (ld + 127) / 128;
+        std::mt19937 gen(static_cast<unsigned>(depth * 1000 + col0 + cols));
+        std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kRows * lda), depth + cols);
+        for (int64_t i = 0; i < kRows; ++i) {
+          for (int64_t p = depth; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
+        }
+        std::vector<uint8_t> codes(static_cast<size_t>((depth + 1) * ld), 0x7f);  // NaN gaps
+        for (int64_t p = 0; p < depth; ++p) {
+          for (int64_t j = col0; j < col0 + cols; ++j) {
+            auto code = static_cast<uint8_t>(gen());
+            if ((code & 0x7f) == 0x7f) code ^= 1;
+            codes[static_cast<size_t>(p * ld + j)] = code;
+          }
+        }
+        std::vector<float> scales(static_cast<size_t>((depth + 127) / 128 * scale_ld));
+        for (float& f : scales) {
+          f = std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
+                         static_cast<int>(gen() % 9) - 12);
+        }
+        const kernels::Fp8Operand b{codes.data() + col0, ld, scales.data(), scale_ld, 0, col0};
+        for (int rows = 1; rows <= kRows; ++rows) {
+          std::vector<float> c(static_cast<size_t>((kRows + 1) * ldc), 7.0f);
+          set_->fma_rows_fp8_pairs(rows, depth, a.data(), lda, b, cols, c.data(), ldc);
+          for (int64_t i = 0; i <= kRows; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              const float got = c[static_cast<size_t>(i * ldc + j)];
+              if (i >= rows || j >= cols) {
+                ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
+                continue;
+              }
+              const float want =
+                  model_fp8_pair_rows(a.data() + i * lda, codes.data() + col0 + j, ld,
+                                      scales.data() + (col0 + j) / 128, scale_ld, depth);
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+                  << "depth " << depth << " col0 " << col0 << " cols " << cols << " rows " << rows
+                  << " at " << i << "," << j << ": " << got << " vs " << want;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<uint16_t> a(130, f32_to_bf16(1.0f));
+  std::vector<uint8_t> codes(130 * 64, 0x38);  // 1.0
+  codes[129 * 64 + 21] = 0xff;                 // NaN, in the second depth block
+  const float scales[2] = {1.0f, 1.0f};
+  std::vector<float> c(64);
+  set_->fma_rows_fp8_pairs(1, 130, a.data(), 130, {codes.data(), 64, scales, 1, 0, 0}, 64, c.data(),
+                           64);
+  for (int j = 0; j < 64; ++j) {
+    if (j == 21) {
+      EXPECT_TRUE(std::isnan(c[j])) << c[j];
+    } else {
+      EXPECT_EQ(c[j], 130.0f) << j;
+    }
+  }
+}
+
 // pair_tile on A read in place (its row gaps hold NaN, which must never be read) and B packed by
 // pack_pairs_transposed, for every row and strip count the set takes and ragged depths: emulated,
 // the model's bits; native, within the F32 tolerance of the exact sum. Nothing outside the rows

@@ -1,9 +1,9 @@
 // Grouped GEMMs on FP8 weights (F8_E4M3 codes with one F32 scale per 128 x 128 block) against the
 // same GEMMs on F32 weights holding the dequantized values, beside activations of either dtype:
 // forward and dgrad must give the same bits on whichever kernel set runs both, since the kernels
-// decode FP8 as they read it; except forward rows that dot_tile_fp8_pairs sums block by block
-// (BF16 activations, experts of 1 to kPairDotRows rows, on a set that has it), which must give
-// the bits of its model (pair_dot_models.hpp).
+// decode FP8 as they read it; except forward rows that dot_tile_fp8_pairs and dgrad rows that
+// fma_rows_fp8_pairs sum block by block (BF16 activations, experts of a few rows, on a set that
+// has them), which must give the bits of their models (pair_dot_models.hpp).
 //
 //   Fp8Problem p(case, DType::BF16);
 //   p.expect_dequantized_bits("amx");
@@ -23,6 +23,7 @@
 #include "kernel_reference.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/micro_kernels.hpp"
+#include "kernels/tile_compute.hpp"
 #include "pair_dot_models.hpp"
 
 namespace grouplin::kernel_test {
@@ -94,6 +95,9 @@ struct Fp8Problem {
     }
     kernels::grouped_dgrad(dy, c.splits, codes, scales, dx);
     kernels::grouped_dgrad(dy, c.splits, dequantized, {}, dx_want);
+    if (dy.dtype() == DType::BF16 && kernels::micro_kernels().fma_rows_fp8_pairs != nullptr) {
+      set_block_scaled_dgrad_rows(c);
+    }
     EXPECT_TRUE(y.bit_equal(y_want)) << what << ": forward";
     EXPECT_TRUE(dx.bit_equal(dx_want)) << what << ": dgrad";
   }
@@ -114,6 +118,26 @@ struct Fp8Problem {
           float v = model_fp8_pair_dots(xs + r * c.in, q + o * c.in, sf + (o / 128) * bi, c.in);
           if (c.bias) v += bf16_to_f32(reinterpret_cast<const uint16_t*>(biases[e].data())[o]);
           want[r * c.out + o] = f32_to_bf16(v);
+        }
+      }
+    }
+  }
+
+  // Sets dx_want's rows of experts with 1 to kDgradFp8PairMaxRows rows by the model of
+  // fma_rows_fp8_pairs (rounded to BF16 once).
+  void set_block_scaled_dgrad_rows(const Case& c) {
+    const int64_t bi = (c.in + 127) / 128;
+    const auto* dys = reinterpret_cast<const uint16_t*>(dy.data());
+    auto* want = reinterpret_cast<uint16_t*>(dx_want.mutable_data());
+    int64_t row = 0;
+    for (size_t e = 0; e < c.splits.size(); row += c.splits[e], ++e) {
+      if (c.splits[e] < 1 || c.splits[e] > kernels::kDgradFp8PairMaxRows) continue;
+      const auto* q = reinterpret_cast<const uint8_t*>(codes[e].data());
+      const float* sf = scales[e].data_as<float>();
+      for (int64_t r = row; r < row + c.splits[e]; ++r) {
+        for (int64_t k = 0; k < c.in; ++k) {
+          want[r * c.in + k] = f32_to_bf16(
+              model_fp8_pair_rows(dys + r * c.out, q + k, c.in, sf + k / 128, bi, c.out));
         }
       }
     }

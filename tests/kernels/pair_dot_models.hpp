@@ -1,11 +1,13 @@
-// Test-only: scalar models of the sums dot_tile_pairs and dot_tile_fp8_pairs form
-// (micro_kernels.hpp states their order), built on the instruction's own arithmetic
+// Test-only: scalar models of the sums dot_tile_pairs, dot_tile_fp8_pairs and fma_rows_fp8_pairs
+// form (micro_kernels.hpp states their order), built on the instruction's own arithmetic
 // (bf16_dot_semantics.hpp). Plain C++: any CPU.
 //
 //   float want = model_pair_dots(x_row, w_row, in);
 //   float want8 = model_fp8_pair_dots(x_row, code_row, scale_row, in);
+//   float dx = model_fp8_pair_rows(dy_row, codes + j, in, scales + j / 128, scale_ld, out);
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -70,6 +72,28 @@ inline float model_fp8_pair_dots(const uint16_t* a, const uint8_t* codes, const 
     }
   }
   return model_lane_tree(lanes);
+}
+
+// The BF16 value of E4M3 code c (exact).
+inline uint32_t model_code_bf16(uint8_t c) { return f32_to_bf16(f8e4m3_to_f32(c)); }
+
+// One fma_rows_fp8_pairs element: BF16 a (n values) against a column of E4M3 codes (codes[p * ld],
+// p < n; scales[q * scale_ld] the scale of rows 128q..128q + 127 there). Per block q: t = a
+// vdpbf16ps chain from +0 over the pairs at depths 128q + 2i, 128q + 2i + 1 (i in order; the
+// last pair's high halves +0 when n is odd); then s = fma(t, the scale, s), s from +0.
+inline float model_fp8_pair_rows(const uint16_t* a, const uint8_t* codes, int64_t ld,
+                                 const float* scales, int64_t scale_ld, int64_t n) {
+  float s = 0.0f;
+  for (int64_t q = 0; 128 * q < n; ++q) {
+    float t = 0.0f;
+    for (int64_t p = 128 * q; p < std::min(n, 128 * q + 128); p += 2) {
+      const uint32_t w = model_code_bf16(codes[p * ld]) |
+                         (p + 1 < n ? model_code_bf16(codes[(p + 1) * ld]) : uint32_t{0}) << 16;
+      t = kernels::emulated::dpbf16_lane(t, model_pair(a, p, n), w);
+    }
+    s = std::fma(t, scales[q * scale_ld], s);
+  }
+  return s;
 }
 
 }  // namespace grouplin::kernel_test

@@ -85,9 +85,10 @@ TEST(Fp8GroupedLinear, WeightsAreTheDrawsQuantizedPerBlock) {
 // Forward and dx equal those of F32 weights holding the dequantized values, bit for bit, in every
 // layout: with F32 activations, an F32 module loaded from the FP8 module's state dict (which
 // dequantizes: code x scale in F32); with BF16 ones, the grouped GEMM on those F32 weights and the
-// BF16 activations (no module holds that mix), except forward on a kernel set that sums experts
-// of few rows block by block (dot_tile_fp8_pairs, tested against its model in the kernel tests):
-// there forward equals the grouped GEMM on the module's codes and scales. The layouts agree.
+// BF16 activations (no module holds that mix), except forward and dx on a kernel set that sums
+// experts of few rows block by block (dot_tile_fp8_pairs, fma_rows_fp8_pairs, tested against
+// their models in the kernel tests): there they equal the grouped GEMMs on the module's codes and
+// scales. The layouts agree.
 TEST(Fp8GroupedLinear, ComputesAsItsDequantizedWeights) {
   for (DType act : {DType::F32, DType::BF16}) {
     Tensor first_y;
@@ -106,13 +107,20 @@ TEST(Fp8GroupedLinear, ComputesAsItsDequantizedWeights) {
       Tensor y_want = Tensor::zeros({13, kOut}, act), dx_want = Tensor::zeros({13, kIn}, act);
       kernels::grouped_forward(x, kSplits, weights, {}, biases, y_want);
       kernels::grouped_dgrad(dy, kSplits, weights, {}, dx_want);
-      if (act == DType::BF16 && kernels::micro_kernels().dot_tile_fp8_pairs != nullptr) {
+      const kernels::MicroKernels& set = kernels::micro_kernels();
+      if (act == DType::BF16 &&
+          (set.dot_tile_fp8_pairs != nullptr || set.fma_rows_fp8_pairs != nullptr)) {
         std::vector<Tensor> codes, scales;
         for (int64_t e = 0; e < kN; ++e) {
           codes.push_back(fp8.expert_weight(e));
           scales.push_back(fp8.expert_weight_scale(e));
         }
-        kernels::grouped_forward(x, kSplits, codes, scales, biases, y_want);
+        if (set.dot_tile_fp8_pairs != nullptr) {
+          kernels::grouped_forward(x, kSplits, codes, scales, biases, y_want);
+        }
+        if (set.fma_rows_fp8_pairs != nullptr) {
+          kernels::grouped_dgrad(dy, kSplits, codes, scales, dx_want);
+        }
       }
       const Tensor y = fp8.forward(x, kSplits);
       EXPECT_TRUE(y.bit_equal(y_want)) << "forward";
