@@ -7,7 +7,8 @@ Each round runs every binary's `grouplin bench` once, in a random order; per cas
 median GF/s of each binary and its ratio to the first one, then the median ratio over the cases.
 With --fp8 the cases are `bench --dtype fp8`'s (1-16 rows per expert, forward and dgrad), each
 given twice: FP8 GF/s, and that run's own FP8 weights / BF16 weights ratio ("fp8/bf16").
---bench replaces the default cases (`grouplin bench` flags; --json is added). A PATH may carry
+--bench replaces the default cases (`grouplin bench` flags; --json is added; with --fp8, it adds
+to them: --bench "--fp8-rows 8,48"). A PATH may carry
 flags of its own after a space, for one binary run two ways:
 
     python3 bench/ab_binaries.py --bench "--shapes qwen3 --rows 4096 --ops forward --dtype bf16" \
@@ -23,7 +24,7 @@ if argv[0] == '--bench':
 rounds = int(argv[0])
 bins = dict(a.split('=', 1) for a in argv[1:])
 if fp8:
-    args = ['bench', '--dtype', 'fp8', '--reps', '3', '--json']
+    args = ['bench', '--dtype', 'fp8', '--reps', '3', '--json'] + (bench_args or [])
 elif bench_args is not None:
     args = ['bench'] + bench_args + ['--json']
 else:

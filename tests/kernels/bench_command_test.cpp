@@ -70,6 +70,25 @@ TEST(BenchCommandTest, Fp8RunComparesWithBf16AndCopy) {
   EXPECT_EQ(fp8["goals"][0]["cases"], 4);
 }
 
+// --fp8-rows chooses the FP8 cases' rows per expert (over --quick's); the goals count only the
+// cases of at most 4 rows per expert. A row count outside 1-4096 is a usage error.
+TEST(BenchCommandTest, Fp8RowsChoosesTheRowsPerExpert) {
+  const Output o = run_cli(
+      "--quick --shapes qwen3 --ops forward,dgrad --dtype fp8 --fp8-rows 3,8 --reps 1 "
+      "--threads 2 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.out;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  std::vector<std::pair<int64_t, std::string>> seen;
+  for (const auto& r : j["fp8"]["results"]) {
+    seen.emplace_back(r["rows_per_expert"].get<int64_t>(), r["op"].get<std::string>());
+  }
+  const std::vector<std::pair<int64_t, std::string>> want = {
+      {3, "forward"}, {3, "dgrad"}, {8, "forward"}, {8, "dgrad"}};
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(j["fp8"]["goals"][0]["cases"], 2);
+  EXPECT_EQ(run_cli("--dtype fp8 --fp8-rows 0").exit_code, 2);
+}
+
 // --pack-weights packs the BF16 weights once where the kernels read them packed (and says how
 // many bytes), nothing elsewhere; without it nothing is packed.
 TEST(BenchCommandTest, PackWeightsPacksWhereTheKernelsReadPackedWeights) {

@@ -72,6 +72,7 @@ struct BenchConfig {
   std::vector<std::string> routings = kRoutingNames;
   std::vector<std::string> ops = kOpNames;
   std::vector<std::string> dtypes = kDTypeNames;
+  std::vector<int64_t> fp8_rows = kFp8RowsPerExpert;
   int reps = 2;
   int threads = 0;  // 0: GroupLin's default
   bool json = false;
@@ -79,7 +80,7 @@ struct BenchConfig {
   bool full_size = false;
   bool pack_weights = false;
   std::string plot_data;
-  bool rows_given = false, routings_given = false, reps_given = false;
+  bool rows_given = false, routings_given = false, reps_given = false, fp8_rows_given = false;
 };
 
 // All tensors of one shape, F32 and BF16, sized for the largest row count.
@@ -439,7 +440,7 @@ void run_bench(BenchConfig c) {
     std::vector<bench::Fp8Shape> fp8_shapes;
     for (const BenchShape& s : shapes) fp8_shapes.push_back({s.name, s.experts, s.in, s.out});
     const std::vector<int64_t> per_expert =
-        c.quick ? std::vector<int64_t>{1, 4} : kFp8RowsPerExpert;
+        c.quick && !c.fp8_rows_given ? std::vector<int64_t>{1, 4} : c.fp8_rows;
     fp8 = bench::run_fp8_bench(fp8_shapes, per_expert, c.ops, c.reps, c.json);
   }
   if (c.json) {
@@ -509,6 +510,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--dtype", c->dtypes, "params dtypes (default: both)")
       ->delimiter(',')
       ->check(CLI::IsMember(kAllDTypeNames));
+  cmd->add_option("--fp8-rows", c->fp8_rows,
+                  "rows per expert of the --dtype fp8 cases (default: 1,2,4,16)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--reps", c->reps, "interleaved repetitions, best time kept (default: 2)")
       ->check(CLI::Range(1, 100));
   cmd->add_option("--threads", c->threads,
@@ -525,9 +530,9 @@ void add_bench_command(CLI::App& app) {
       "Every case runs GroupLin, one dense GEMM of the same FLOPs, a per-expert loop and a copy\n"
       "of the bytes, interleaved in one process; GROUPLIN_ISA=avx2|avx512|avx512bf16|amx caps the\n"
       "kernels. --dtype fp8 adds FP8 weights (128x128 block scales) against the same BF16\n"
-      "weights and a copy of their bytes, at 1, 2, 4 and 16 rows per expert (--rows does not\n"
-      "apply), forward and dgrad. docs/PERFORMANCE.md gives the published runs and how to\n"
-      "reproduce them.\n\n"
+      "weights and a copy of their bytes, at 1, 2, 4 and 16 rows per expert (--fp8-rows; --rows\n"
+      "does not apply), forward and dgrad. docs/PERFORMANCE.md gives the published runs and how\n"
+      "to reproduce them.\n\n"
       "Examples:\n"
       "  grouplin bench --quick\n"
       "  grouplin bench --shapes qwen3,mixtral --rows 4096 --ops forward,dgrad --reps 5\n"
@@ -537,6 +542,7 @@ void add_bench_command(CLI::App& app) {
     c->rows_given = cmd->count("--rows") > 0;
     c->routings_given = cmd->count("--routing") > 0;
     c->reps_given = cmd->count("--reps") > 0;
+    c->fp8_rows_given = cmd->count("--fp8-rows") > 0;
     run_bench(*c);
   });
 }
