@@ -50,9 +50,8 @@ struct GroupedLinearOptions {
   // weight{i}_scale_inv, or weight_scale_inv [N, ...] in the Single layout), computed as F32
   // weights holding their dequantized values (code x scale in F32, PyTorch's rule) would,
   // beside activations of either dtype, except with BF16 activations on AVX512-BF16 with VBMI
-  // (AMD Zen 4) forward of experts of 1-6 rows and dx of experts of 1-4 rows, summed in BF16
-  // pairs and scaled per 128-block as block-scaled FP8 GEMMs do (docs/api.md); they have no
-  // gradient (Fp8WeightsNotTrainable).
+  // (AMD Zen 4) forward and dx, summed in BF16 pairs and scaled per 128-block as block-scaled
+  // FP8 GEMMs do (docs/api.md); they have no gradient (Fp8WeightsNotTrainable).
   DType params_dtype = DType::F32;
   // The dtype of x, y, dy, dx and the biases beside FP8 weights: F32 or BF16 (unset: BF16).
   // For F32 and BF16 weights it must be unset or params_dtype.

@@ -164,7 +164,7 @@ struct MicroKernels {
   void (*fma_rows_fp8)(int64_t rows, int64_t depth, const float* a, int64_t lda,
                        const Fp8Operand& b, int64_t cols, float* c, int64_t ldc);
   // c[r * ldc + j] = the sum over p < depth of a[r * lda + p] * W(p, j) for BF16 rows of a (dy)
-  // and FP8 weights b read along their rows (the dgrad of experts of a few rows), scaled block by
+  // and FP8 weights b read along their rows (dgrad, a few rows at a time), scaled block by
   // block as dot_tile_fp8_pairs is, not weight by weight: each code becomes its BF16 value
   // (exact); per block q of kFp8Block depths, t = one vdpbf16ps chain from +0 over the pairs of
   // depths 128q + 2i, 128q + 2i + 1 (i in order; past depth, the last pair's high halves are +0),

@@ -11,8 +11,7 @@
 // 2 threads of a Zen 4; tile_compute.hpp).
 // dot_tile_fp8_pairs (added only where the CPU has AVX512-VBMI, add_fp8_pairs) does the same for
 // FP8 weights: codes turned into BF16 by vpermi2b table lookups, each 128-depth block's sum
-// scaled once; fma_rows_fp8_pairs does it for the dgrad of experts with 1-4 rows, whose pairs
-// lie in two rows of codes.
+// scaled once; fma_rows_fp8_pairs does it for dgrad, whose pairs lie in two rows of codes.
 //
 // Each element's sum of pair_tile is one chain of vdpbf16ps over the pair rows in order, from c
 // (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree

@@ -105,16 +105,22 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
   if (dgrad_fp8_pairs(args.expert_rows[static_cast<size_t>(t.expert)],
                       w.dtype == DType::F8_E4M3 && args.dy.dtype == DType::BF16,
                       set.fma_rows_fp8_pairs != nullptr)) {
-    // FP8 codes against dy's few rows, read along the weights' rows a depth block at a time.
+    // FP8 codes against dy's rows, kFp8PairRows at a time, the weights read along their rows a
+    // depth block at a time.
     const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);
     Fp8Operand operand = fp8_operand(w, 0, t.col0);
     if (next != nullptr) {
       const MatrixRef& wn = args.weights[static_cast<size_t>(next->expert)];
       if (wn.dtype == DType::F8_E4M3) operand.ahead = fp8_operand(wn, 0, next->col0).codes;
     }
-    set.fma_rows_fp8_pairs(static_cast<int>(t.rows), args.out_features,
-                           reinterpret_cast<const uint16_t*>(element(args.dy, t.row0, 0)),
-                           args.dy.ld, operand, t.cols, acc.c, acc.ldc);
+    for (int64_t i = 0; i < t.rows; i += kFp8PairRows) {
+      const int h = static_cast<int>(std::min<int64_t>(kFp8PairRows, t.rows - i));
+      Fp8Operand b = operand;
+      if (i + h < t.rows) b.ahead = nullptr;  // only the last group reads on to the next tile
+      set.fma_rows_fp8_pairs(h, args.out_features,
+                             reinterpret_cast<const uint16_t*>(element(args.dy, t.row0 + i, 0)),
+                             args.dy.ld, b, t.cols, acc.c + i * acc.ldc, acc.ldc);
+    }
     store_rows(acc, t, args.dx, t.row0, t.col0);
     return;
   }

@@ -124,22 +124,19 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
   return pair_kernels && bf16_operands &&
          (!forward_dots(rows, true) || forward_pair_dots(rows, true, few_rows));
 }
-// FP8 weights against BF16 x: experts of 1 to kPairDotMaxRows rows run dot_tile_fp8_pairs where
-// the set has it (sums scaled block by block, micro_kernels.hpp), instead of the F32 dot tiles
-// on decoded and scaled codes (the bits of F32 weights holding the dequantized values). On the
-// Zen 4, 2 threads, medians of 3 interleaved rounds: FP8 forward at 1-4 rows per expert 1.46-2.11x
-// the dequantizing dot tiles, 1.05-1.94x the same case on BF16 weights (docs/PERFORMANCE.md).
-inline bool forward_fp8_pair_dots(int64_t rows, bool fp8_weights_bf16_x, bool fp8_pairs) {
-  return fp8_pairs && fp8_weights_bf16_x && rows > 0 && rows <= kPairDotMaxRows;
+// FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels: forward runs
+// dot_tile_fp8_pairs and dgrad fma_rows_fp8_pairs (sums scaled block by block,
+// micro_kernels.hpp), a tile's rows in groups of kPairDotRows and kFp8PairRows, instead of the
+// F32 kernels on decoded and scaled codes (the bits of F32 weights holding the dequantized
+// values), for experts of any row count: each group reads the tile's weights again, from L2
+// after the first. On the Zen 4, 2 threads, interleaved rounds against the dequantizing kernels
+// (docs/PERFORMANCE.md): forward 1.5-2.1x at 1-4 rows per expert and 1.1-2.2x at 8-512, dgrad
+// 1.3-2.6x at 1-4 rows and 1.3-2.4x at 8-512.
+inline bool forward_fp8_pairs(int64_t rows, bool fp8_weights_bf16_x, bool fp8_pairs) {
+  return fp8_pairs && fp8_weights_bf16_x && rows > 0;
 }
-// dgrad on FP8 weights against BF16 dy: experts of 1 to kDgradFp8PairMaxRows rows run
-// fma_rows_fp8_pairs where the set has it (sums scaled block by block, micro_kernels.hpp),
-// instead of fma_rows_fp8 on decoded and scaled codes (the dequantized weights' bits). On the
-// Zen 4, 2 threads, medians of 5 interleaved rounds: 1.3-2.6x fma_rows_fp8 at 1-4 rows per
-// expert, 1.6-4.9x the same case on BF16 weights (docs/PERFORMANCE.md).
-inline constexpr int64_t kDgradFp8PairMaxRows = kFp8PairRows;
 inline bool dgrad_fp8_pairs(int64_t rows, bool fp8_weights_bf16_dy, bool fp8_pairs) {
-  return fp8_pairs && fp8_weights_bf16_dy && rows > 0 && rows <= kDgradFp8PairMaxRows;
+  return fp8_pairs && fp8_weights_bf16_dy && rows > 0;
 }
 // forward_pairs on the current kernel set.
 inline bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {

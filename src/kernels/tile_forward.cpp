@@ -221,13 +221,16 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const int64_t m = args.expert_rows[e];
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
   const MicroKernels& set = micro_kernels();
-  if (forward_fp8_pair_dots(m, w.dtype == DType::F8_E4M3 && args.x.dtype == DType::BF16,
-                            set.dot_tile_fp8_pairs != nullptr)) {
-    // FP8 codes against x's few rows along the whole depth, one weight row at a time.
+  if (forward_fp8_pairs(m, w.dtype == DType::F8_E4M3 && args.x.dtype == DType::BF16,
+                        set.dot_tile_fp8_pairs != nullptr)) {
+    // FP8 codes against x's rows, kPairDotRows at a time, along the whole depth.
     const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-    set.dot_tile_fp8_pairs(static_cast<int>(t.rows), static_cast<int>(t.cols), args.in_features,
-                           reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0)), args.x.ld,
-                           fp8_operand(w, t.col0, 0), acc.c, acc.ldc);
+    for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
+      const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
+      set.dot_tile_fp8_pairs(h, static_cast<int>(t.cols), args.in_features,
+                             reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)),
+                             args.x.ld, fp8_operand(w, t.col0, 0), acc.c + i * acc.ldc, acc.ldc);
+    }
     add_bias_and_store(args, t, acc, s);
     return;
   }

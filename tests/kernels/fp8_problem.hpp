@@ -1,9 +1,9 @@
 // Grouped GEMMs on FP8 weights (F8_E4M3 codes with one F32 scale per 128 x 128 block) against the
 // same GEMMs on F32 weights holding the dequantized values, beside activations of either dtype:
 // forward and dgrad must give the same bits on whichever kernel set runs both, since the kernels
-// decode FP8 as they read it; except forward rows that dot_tile_fp8_pairs and dgrad rows that
-// fma_rows_fp8_pairs sum block by block (BF16 activations, experts of a few rows, on a set that
-// has them), which must give the bits of their models (pair_dot_models.hpp).
+// decode FP8 as they read it; except with BF16 activations on a set with the FP8 pair kernels,
+// where dot_tile_fp8_pairs (forward) and fma_rows_fp8_pairs (dgrad) sum block by block and must
+// give the bits of their models (pair_dot_models.hpp).
 //
 //   Fp8Problem p(case, DType::BF16);
 //   p.expect_dequantized_bits("amx");
@@ -102,46 +102,42 @@ struct Fp8Problem {
     EXPECT_TRUE(dx.bit_equal(dx_want)) << what << ": dgrad";
   }
 
-  // Calls f(e, r, codes, scales) for each row r of each expert e with 1 to max_rows rows.
+  // Calls f(e, r, codes, scales) for each row r of each expert e.
   template <typename F>
-  void each_row_of_few_row_experts(const Case& c, int64_t max_rows, F f) const {
+  void each_row(const Case& c, F f) const {
     int64_t row = 0;
     for (size_t e = 0; e < c.splits.size(); row += c.splits[e], ++e) {
-      if (c.splits[e] < 1 || c.splits[e] > max_rows) continue;
       const auto* q = reinterpret_cast<const uint8_t*>(codes[e].data());
       for (int64_t r = row; r < row + c.splits[e]; ++r) f(e, r, q, scales[e].data_as<float>());
     }
   }
 
-  // Sets y_want's rows of experts with 1 to kPairDotRows rows by the model of
-  // dot_tile_fp8_pairs (plus the bias, rounded to BF16 once, as every BF16 forward stores).
+  // Sets y_want by the model of dot_tile_fp8_pairs (plus the bias, rounded to BF16 once, as
+  // every BF16 forward stores).
   void set_block_scaled_rows(const Case& c) {
     const int64_t bi = (c.in + 127) / 128;
     const auto* xs = reinterpret_cast<const uint16_t*>(x.data());
     auto* want = reinterpret_cast<uint16_t*>(y_want.mutable_data());
-    each_row_of_few_row_experts(
-        c, kernels::kPairDotRows, [&](size_t e, int64_t r, const uint8_t* q, const float* sf) {
-          for (int64_t o = 0; o < c.out; ++o) {
-            float v = model_fp8_pair_dots(xs + r * c.in, q + o * c.in, sf + (o / 128) * bi, c.in);
-            if (c.bias) v += bf16_to_f32(reinterpret_cast<const uint16_t*>(biases[e].data())[o]);
-            want[r * c.out + o] = f32_to_bf16(v);
-          }
-        });
+    each_row(c, [&](size_t e, int64_t r, const uint8_t* q, const float* sf) {
+      for (int64_t o = 0; o < c.out; ++o) {
+        float v = model_fp8_pair_dots(xs + r * c.in, q + o * c.in, sf + (o / 128) * bi, c.in);
+        if (c.bias) v += bf16_to_f32(reinterpret_cast<const uint16_t*>(biases[e].data())[o]);
+        want[r * c.out + o] = f32_to_bf16(v);
+      }
+    });
   }
 
-  // Sets dx_want's rows of experts with 1 to kDgradFp8PairMaxRows rows by the model of
-  // fma_rows_fp8_pairs (rounded to BF16 once).
+  // Sets dx_want by the model of fma_rows_fp8_pairs (rounded to BF16 once).
   void set_block_scaled_dgrad_rows(const Case& c) {
     const int64_t bi = (c.in + 127) / 128;
     const auto* dys = reinterpret_cast<const uint16_t*>(dy.data());
     auto* want = reinterpret_cast<uint16_t*>(dx_want.mutable_data());
-    each_row_of_few_row_experts(c, kernels::kDgradFp8PairMaxRows,
-                                [&](size_t, int64_t r, const uint8_t* q, const float* sf) {
-                                  for (int64_t k = 0; k < c.in; ++k) {
-                                    want[r * c.in + k] = f32_to_bf16(model_fp8_pair_rows(
-                                        dys + r * c.out, q + k, c.in, sf + k / 128, bi, c.out));
-                                  }
-                                });
+    each_row(c, [&](size_t, int64_t r, const uint8_t* q, const float* sf) {
+      for (int64_t k = 0; k < c.in; ++k) {
+        want[r * c.in + k] =
+            f32_to_bf16(model_fp8_pair_rows(dys + r * c.out, q + k, c.in, sf + k / 128, bi, c.out));
+      }
+    });
   }
 };
 
