@@ -41,20 +41,32 @@ TEST(BenchCommandTest, BadValuesAreUsageErrors) {
   }
 }
 
+// The (rows per expert, op) of each FP8 case of a run's JSON, in order.
+std::vector<std::pair<int64_t, std::string>> fp8_cases(const nlohmann::json& run) {
+  std::vector<std::pair<int64_t, std::string>> seen;
+  for (const auto& r : run["fp8"]["results"]) {
+    seen.emplace_back(r["rows_per_expert"].get<int64_t>(), r["op"].get<std::string>());
+  }
+  return seen;
+}
+
+// A quick FP8 run on qwen3 with `flags`, its JSON (null when it failed, which is reported).
+nlohmann::json quick_fp8_run(const std::string& flags) {
+  const Output o =
+      run_cli("--quick --shapes qwen3 --dtype fp8 --reps 1 --threads 2 --json " + flags);
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  return o.exit_code == 0 ? nlohmann::json::parse(o.out) : nlohmann::json();
+}
+
 // --dtype fp8 alone: only the FP8 cases (FP8 against the same BF16 weights and a copy of the FP8
 // bytes), forward and dgrad (no wgrad for FP8 weights), at the quick rows per expert.
 TEST(BenchCommandTest, Fp8RunComparesWithBf16AndCopy) {
-  const Output o = run_cli(
-      "--quick --shapes qwen3 --ops forward,wgrad,dgrad --dtype fp8 "
-      "--reps 1 --threads 2 --json");
-  ASSERT_EQ(o.exit_code, 0) << o.out;
-  const nlohmann::json j = nlohmann::json::parse(o.out);
+  const nlohmann::json j = quick_fp8_run("--ops forward,wgrad,dgrad");
+  ASSERT_FALSE(j.is_null());
   EXPECT_TRUE(j["results"].empty());
   const auto& fp8 = j["fp8"];
   ASSERT_EQ(fp8["results"].size(), 4u);  // 1 and 4 rows per expert x forward, dgrad
-  std::vector<std::pair<int64_t, std::string>> seen;
   for (const auto& r : fp8["results"]) {
-    seen.emplace_back(r["rows_per_expert"].get<int64_t>(), r["op"].get<std::string>());
     for (const char* k : {"bf16_gflops", "fp8_gflops", "fp8_gbytes", "copy_gbytes"}) {
       EXPECT_GT(r[k].get<double>(), 0.0) << k;
     }
@@ -65,7 +77,7 @@ TEST(BenchCommandTest, Fp8RunComparesWithBf16AndCopy) {
   }
   const std::vector<std::pair<int64_t, std::string>> want = {
       {1, "forward"}, {1, "dgrad"}, {4, "forward"}, {4, "dgrad"}};
-  EXPECT_EQ(seen, want);
+  EXPECT_EQ(fp8_cases(j), want);
   ASSERT_EQ(fp8["goals"].size(), 2u);
   EXPECT_EQ(fp8["goals"][0]["cases"], 4);
 }
@@ -73,18 +85,11 @@ TEST(BenchCommandTest, Fp8RunComparesWithBf16AndCopy) {
 // --fp8-rows chooses the FP8 cases' rows per expert (over --quick's); the goals count only the
 // cases of at most 4 rows per expert. A row count outside 1-4096 is a usage error.
 TEST(BenchCommandTest, Fp8RowsChoosesTheRowsPerExpert) {
-  const Output o = run_cli(
-      "--quick --shapes qwen3 --ops forward,dgrad --dtype fp8 --fp8-rows 3,8 --reps 1 "
-      "--threads 2 --json");
-  ASSERT_EQ(o.exit_code, 0) << o.out;
-  const nlohmann::json j = nlohmann::json::parse(o.out);
-  std::vector<std::pair<int64_t, std::string>> seen;
-  for (const auto& r : j["fp8"]["results"]) {
-    seen.emplace_back(r["rows_per_expert"].get<int64_t>(), r["op"].get<std::string>());
-  }
+  const nlohmann::json j = quick_fp8_run("--ops forward,dgrad --fp8-rows 3,8");
+  ASSERT_FALSE(j.is_null());
   const std::vector<std::pair<int64_t, std::string>> want = {
       {3, "forward"}, {3, "dgrad"}, {8, "forward"}, {8, "dgrad"}};
-  EXPECT_EQ(seen, want);
+  EXPECT_EQ(fp8_cases(j), want);
   EXPECT_EQ(j["fp8"]["goals"][0]["cases"], 2);
   EXPECT_EQ(run_cli("--dtype fp8 --fp8-rows 0").exit_code, 2);
 }
