@@ -247,12 +247,19 @@ GROUPLIN_AVX512BF16_VBMI inline Fp8Decoder fp8_decoder() {
           _mm512_set1_epi8(static_cast<char>(0x80))};
 }
 
+// The high and low bytes of the BF16 values of 64 codes, each in its code's byte.
+GROUPLIN_AVX512BF16_VBMI inline void bf16_bytes(const Fp8Decoder& d, __m512i codes, __m512i& high,
+                                                __m512i& low) {
+  high = _mm512_permutex2var_epi8(d.high0, codes, d.high1);
+  low = _mm512_permutex2var_epi8(d.low0, codes, d.low1);
+  high = _mm512_ternarylogic_epi32(high, codes, d.sign, 0xf8);  // high | (codes & 0x80)
+}
+
 // 64 codes into 64 BF16 values in depth order, codes 0-31 in w0 and 32-63 in w1.
 GROUPLIN_AVX512BF16_VBMI inline void decode_fp8_64(const Fp8Decoder& d, __m512i codes, __m512i& w0,
                                                    __m512i& w1) {
-  __m512i high = _mm512_permutex2var_epi8(d.high0, codes, d.high1);
-  const __m512i low = _mm512_permutex2var_epi8(d.low0, codes, d.low1);
-  high = _mm512_ternarylogic_epi32(high, codes, d.sign, 0xf8);  // high | (codes & 0x80)
+  __m512i high, low;
+  bf16_bytes(d, codes, high, low);
   w0 = _mm512_permutex2var_epi8(low, d.first, high);
   w1 = _mm512_permutex2var_epi8(low, d.second, high);
 }
@@ -345,9 +352,8 @@ GROUPLIN_AVX512BF16_VBMI inline void decode_fp8_row_pairs(const Fp8Decoder& d, _
   const __m512i x[2] = {_mm512_unpacklo_epi8(p, q), _mm512_unpackhi_epi8(p, q)};
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
-    __m512i high = _mm512_permutex2var_epi8(d.high0, x[h], d.high1);
-    const __m512i low = _mm512_permutex2var_epi8(d.low0, x[h], d.low1);
-    high = _mm512_ternarylogic_epi32(high, x[h], d.sign, 0xf8);  // high | (codes & 0x80)
+    __m512i high, low;
+    bf16_bytes(d, x[h], high, low);
     w[2 * h] = _mm512_unpacklo_epi8(low, high);
     w[2 * h + 1] = _mm512_unpackhi_epi8(low, high);
   }

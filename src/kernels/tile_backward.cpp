@@ -102,9 +102,7 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
     return;
   }
   const MicroKernels& set = micro_kernels();
-  if (dgrad_fp8_pairs(args.expert_rows[static_cast<size_t>(t.expert)],
-                      w.dtype == DType::F8_E4M3 && args.dy.dtype == DType::BF16,
-                      set.fma_rows_fp8_pairs != nullptr)) {
+  if (use_fp8_pairs(w, args.dy.dtype, set.fma_rows_fp8_pairs != nullptr)) {
     // FP8 codes against dy's rows, kFp8PairRows at a time, the weights read along their rows a
     // depth block at a time.
     const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);

@@ -124,7 +124,7 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
   return pair_kernels && bf16_operands &&
          (!forward_dots(rows, true) || forward_pair_dots(rows, true, few_rows));
 }
-// FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels: forward runs
+// FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels (set_has_them): forward runs
 // dot_tile_fp8_pairs and dgrad fma_rows_fp8_pairs (sums scaled block by block,
 // micro_kernels.hpp), a tile's rows in groups of kPairDotRows and kFp8PairRows, instead of the
 // F32 kernels on decoded and scaled codes (the bits of F32 weights holding the dequantized
@@ -132,11 +132,8 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
 // after the first. On the Zen 4, 2 threads, interleaved rounds against the dequantizing kernels
 // (docs/PERFORMANCE.md): forward 1.5-2.1x at 1-4 rows per expert and 1.1-2.2x at 8-512, dgrad
 // 1.3-2.6x at 1-4 rows and 1.3-2.4x at 8-512.
-inline bool forward_fp8_pairs(int64_t rows, bool fp8_weights_bf16_x, bool fp8_pairs) {
-  return fp8_pairs && fp8_weights_bf16_x && rows > 0;
-}
-inline bool dgrad_fp8_pairs(int64_t rows, bool fp8_weights_bf16_dy, bool fp8_pairs) {
-  return fp8_pairs && fp8_weights_bf16_dy && rows > 0;
+inline bool use_fp8_pairs(const MatrixRef& w, DType activations, bool set_has_them) {
+  return set_has_them && w.dtype == DType::F8_E4M3 && activations == DType::BF16;
 }
 // forward_pairs on the current kernel set.
 inline bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {

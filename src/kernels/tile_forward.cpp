@@ -221,8 +221,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const int64_t m = args.expert_rows[e];
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
   const MicroKernels& set = micro_kernels();
-  if (forward_fp8_pairs(m, w.dtype == DType::F8_E4M3 && args.x.dtype == DType::BF16,
-                        set.dot_tile_fp8_pairs != nullptr)) {
+  if (use_fp8_pairs(w, args.x.dtype, set.dot_tile_fp8_pairs != nullptr)) {
     // FP8 codes against x's rows, kPairDotRows at a time, along the whole depth.
     const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
     for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
