@@ -135,6 +135,16 @@ struct MicroKernels {
   // kc >= 1, b.col0 a multiple of kFp8Block.
   void (*dot_tile_fp8_pairs)(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
                              const Fp8Operand& b, float* c, int64_t ldc);
+  // pair_tile with each block of kFp8Block depths (counted from the call's first; the last may
+  // be shorter) summed apart and scaled once, as block-scaled FP8 GEMMs sum (FP8 weights decoded
+  // into pair panels): per element and block q, t = one vdpbf16ps chain from +0 over the block's
+  // pair rows in order, then c = fma(t, scale, c), c starting from its value when `accumulate`,
+  // else +0. The scale of block q is scales[q * scale_q + i] for row i when `per_row`, else
+  // scales[q * scale_q + 16 s + j] for column j of strip s. Null in sets without pair_tile and in
+  // AMX (not measured there). Requires as pair_tile.
+  void (*pair_tile_scaled)(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
+                           const uint32_t* b, int64_t b_strip, const float* scales, int64_t scale_q,
+                           bool per_row, float* c, int64_t ldc, bool accumulate);
   int pair_rows;    // the most rows of one pair_tile call (0 without pair kernels)
   int pair_strips;  // the most strips of one pair_tile call
   // pair_tile over any number of rows and a long depth in one call: the same chains, the same
@@ -163,6 +173,9 @@ struct MicroKernels {
   // Requires: b.col0 a multiple of 8.
   void (*fma_rows_fp8)(int64_t rows, int64_t depth, const float* a, int64_t lda,
                        const Fp8Operand& b, int64_t cols, float* c, int64_t ldc);
+  // dst[i] = the BF16 bits of E4M3 code src[i], i < n (exact: every E4M3 value is a BF16 value;
+  // NaN codes become BF16 NaN, the sign kept). Null in sets without FP8 pair kernels.
+  void (*decode_fp8_bf16)(const uint8_t* src, uint16_t* dst, int64_t n);
   // c[r * ldc + j] = the sum over p < depth of a[r * lda + p] * W(p, j) for BF16 rows of a (dy)
   // and FP8 weights b read along their rows (dgrad, a few rows at a time), scaled block by
   // block as dot_tile_fp8_pairs is, not weight by weight: each code becomes its BF16 value

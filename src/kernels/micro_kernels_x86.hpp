@@ -22,8 +22,8 @@ const MicroKernels& avx2_set();
 
 void add_avx512(MicroKernels& set);
 void add_avx512bf16(MicroKernels& set);
-// + dot_tile_fp8_pairs and fma_rows_fp8_pairs (FP8 codes as BF16 by vpermi2b): only where the
-// CPU has AVX512-VBMI.
+// + dot_tile_fp8_pairs, fma_rows_fp8_pairs and decode_fp8_bf16 (FP8 codes as BF16 by vpermi2b):
+// only where the CPU has AVX512-VBMI.
 void add_fp8_pairs(MicroKernels& set);
 void add_amx(MicroKernels& set);
 

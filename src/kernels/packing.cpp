@@ -292,4 +292,28 @@ void transpose_bf16(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int6
   }
 }
 
+MatrixRef fp8_codes_as_bf16(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                            uint16_t* dst, int64_t ldd) {
+  const MicroKernels& mk = micro_kernels();
+  for (int64_t r = 0; r < rows; ++r) {
+    mk.decode_fp8_bf16(reinterpret_cast<const uint8_t*>(element(m, r0 + r, c0)), dst + r * ldd,
+                       cols);
+  }
+  return {reinterpret_cast<const std::byte*>(dst), DType::BF16, ldd};
+}
+
+void fp8_block_scales(const MatrixRef& m, bool depth_down_columns, int64_t p0, int64_t kc,
+                      int64_t first, int64_t n, int64_t ld, float* table) {
+  const int64_t b0 = p0 / kFp8Block, blocks = (kc + kFp8Block - 1) / kFp8Block;
+  for (int64_t q = 0; q < blocks; ++q) {
+    float* row = table + q * ld;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t b = (first + i) / kFp8Block;
+      row[i] = depth_down_columns ? m.scales[(b0 + q) * m.scale_ld + b]
+                                  : m.scales[b * m.scale_ld + b0 + q];
+    }
+    std::fill(row + n, row + ld, 0.0f);
+  }
+}
+
 }  // namespace grouplin::kernels

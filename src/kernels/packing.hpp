@@ -104,4 +104,18 @@ void pack_pairs_transposed(const MatrixRef& m, int64_t k0, int64_t kc, int64_t c
 void pack_pairs_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols,
                      uint32_t* bp);
 
+// FP8 weights for the pair kernels, whose sums are scaled block by block (pair_tile_scaled):
+// the codes of m's rows r0.. (`rows`) and columns c0.. (`cols`) as their BF16 values (exact, the
+// scales not applied) in dst (ld `ldd` >= cols): a BF16 matrix the pair packers read as they read
+// BF16 weights. Requires: m F8_E4M3, a set with decode_fp8_bf16.
+MatrixRef fp8_codes_as_bf16(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols,
+                            uint16_t* dst, int64_t ldd);
+// The scales of the FP8 weights m that pair_tile_scaled applies to the blocks of depths
+// [p0, p0 + kc) (p0 a multiple of kFp8Block), for n weight rows or columns from `first`:
+// table[q * ld + i] = the scale of depth block q and, with depth_down_columns false (forward:
+// the depth runs along m's rows), weight row first + i, or, true (dgrad: the depth runs down m's
+// columns), weight column first + i; zero for n <= i < ld.
+void fp8_block_scales(const MatrixRef& m, bool depth_down_columns, int64_t p0, int64_t kc,
+                      int64_t first, int64_t n, int64_t ld, float* table);
+
 }  // namespace grouplin::kernels

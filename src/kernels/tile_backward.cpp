@@ -102,7 +102,31 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
     return;
   }
   const MicroKernels& set = micro_kernels();
-  if (use_fp8_pairs(w, args.dy.dtype, set.fma_rows_fp8_pairs != nullptr)) {
+  const bool fp8_pairs = use_fp8_pairs(w, args.dy.dtype, set.fma_rows_fp8_pairs != nullptr);
+  if (fp8_pairs && !fp8_dgrad_rows(args.expert_rows[static_cast<size_t>(t.expert)])) {
+    // More than a few rows: pair_tile_scaled on the codes decoded to BF16 a depth block at a
+    // time (kc rows x the tile's columns, in L2) and packed into pair panels.
+    const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
+    auto* decoded = reinterpret_cast<uint16_t*>(s.a);
+    const int64_t ld = round_up(t.cols, kOuterCols);
+    pair_product(
+        t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true, acc.c,
+        acc.ldc, s,
+        [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+          const MatrixRef d = fp8_codes_as_bf16(w, p0, kc, t.col0 + c0, ncols, decoded, ld);
+          pack_pairs_rows(d, 0, kc, 0, ncols, b);
+          return packed_in_scratch(b, kc);
+        },
+        [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
+        dgrad_first(args, next),
+        [&](int64_t p0, int64_t kc) {
+          fp8_block_scales(w, true, p0, kc, t.col0, t.cols, ld, s.scales);
+          return ScaleTable{s.scales, ld, false};
+        });
+    store_rows(acc, t, args.dx, t.row0, t.col0);
+    return;
+  }
+  if (fp8_pairs) {
     // FP8 codes against dy's rows, kFp8PairRows at a time, the weights read along their rows a
     // depth block at a time.
     const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);

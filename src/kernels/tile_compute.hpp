@@ -124,17 +124,28 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
   return pair_kernels && bf16_operands &&
          (!forward_dots(rows, true) || forward_pair_dots(rows, true, few_rows));
 }
-// FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels (set_has_them): forward runs
-// dot_tile_fp8_pairs and dgrad fma_rows_fp8_pairs (sums scaled block by block,
-// micro_kernels.hpp), a tile's rows in groups of kPairDotRows and kFp8PairRows, instead of the
-// F32 kernels on decoded and scaled codes (the bits of F32 weights holding the dequantized
-// values), for experts of any row count: each group reads the tile's weights again, from L2
-// after the first. On the Zen 4, 2 threads, interleaved rounds against the dequantizing kernels
-// (docs/PERFORMANCE.md): forward 1.5-2.1x at 1-4 rows per expert and 1.1-2.2x at 8-512, dgrad
-// 1.3-2.6x at 1-4 rows and 1.3-2.4x at 8-512.
+// FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels (set_has_them), run them
+// (sums scaled block by block, micro_kernels.hpp) instead of the F32 kernels on decoded and
+// scaled codes (the bits of F32 weights holding the dequantized values). Forward of experts of
+// up to kFp8DotMaxRows rows: dot_tile_fp8_pairs, a tile's rows kPairDotRows at a time (each group
+// reads the tile's weights again, from L2 after the first); dgrad of up to kFp8RowsMaxRows rows:
+// fma_rows_fp8_pairs, kFp8PairRows at a time. More rows: pair_tile_scaled on the codes decoded
+// to BF16 a depth block at a time (forward: as A of the turned tiles, or pair panels for tiles
+// of more than kTurnedMaxRows rows; dgrad: pair panels). On the Zen 4, 2 threads, interleaved
+// rounds (docs/PERFORMANCE.md): against the dequantizing kernels, forward 1.5-2.1x at 1-4 rows
+// per expert; the scaled pair tiles against the FP8 dot and row kernels, forward 1.3-1.9x and
+// dgrad 1.2-1.6x at 16-512 rows. The bounds, from a sweep at 5-16 rows (medians of 3 rounds):
+// forward dots up to 12 rows gained 0.83-1.79x (median 1.18) over up to 6; row kernels up to 8
+// rows 0.93-2.31x over up to 4 (a pair tile decodes and packs its codes for only those rows).
+inline constexpr int64_t kFp8DotMaxRows = 12;
+inline constexpr int64_t kFp8RowsMaxRows = 8;
 inline bool use_fp8_pairs(const MatrixRef& w, DType activations, bool set_has_them) {
   return set_has_them && w.dtype == DType::F8_E4M3 && activations == DType::BF16;
 }
+// Which FP8 pair kernel an expert of `rows` rows runs, by its row count (never the tile's, so
+// that the tiling does not change a row's chain).
+inline bool fp8_forward_dots(int64_t rows) { return rows <= kFp8DotMaxRows; }
+inline bool fp8_dgrad_rows(int64_t rows) { return rows <= kFp8RowsMaxRows; }
 // forward_pairs on the current kernel set.
 inline bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {
   const MicroKernels& mk = micro_kernels();
@@ -202,7 +213,9 @@ struct ForwardArgs {
 };
 void forward_tile(const ForwardArgs& args, const Tile& tile, const Tile* next, float* scratch);
 
-// dx = dy · W_e: tile rows are rows of dy and dx, columns input features.
+// dx = dy · W_e: tile rows are rows of dy and dx, columns input features. For FP8 weights the
+// tile's first column is a multiple of 16 (the fused FP8 kernels read whole 16-column strips of
+// a scale block; dgrad plans cut on them).
 struct DgradArgs {
   MatrixRef dy;                      // [T, out]
   std::vector<MatrixRef> weights;    // per expert [out, in]

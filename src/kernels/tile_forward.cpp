@@ -212,6 +212,70 @@ Region forward_first(const ForwardArgs& args, const Tile* t) {
   return region_of(w, t->col0, t->cols, 0, std::min(depth, args.in_features));
 }
 
+// FP8 weights beside BF16 x on the FP8 pair kernels (use_fp8_pairs in tile_compute.hpp).
+// Experts of a few rows (fp8_forward_dots): dot_tile_fp8_pairs, the codes against x's rows along
+// the whole depth, kPairDotRows rows at a time. More rows: pair_tile_scaled on codes decoded to
+// BF16 a depth block at a time, as the turned pair tiles' A (tiles of up to kTurnedMaxRows rows:
+// x's rows packed as B, the weights decoded once per block) or, for taller tiles, into pair panels
+// that all the tile's rows share.
+void forward_fp8_pairs(const ForwardArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
+                       const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
+  const int64_t in = args.in_features;
+  if (fp8_forward_dots(args.expert_rows[static_cast<size_t>(t.expert)])) {
+    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+    for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
+      const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
+      mk.dot_tile_fp8_pairs(h, static_cast<int>(t.cols), in,
+                            reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)),
+                            args.x.ld, fp8_operand(w, t.col0, 0), acc.c + i * acc.ldc, acc.ldc);
+    }
+    add_bias_and_store(args, t, acc, s);
+    return;
+  }
+  auto* decoded = reinterpret_cast<uint16_t*>(s.a);
+  const int64_t ld_scales = round_up(t.cols, kOuterCols);
+  const auto scales = [&](int64_t p0, int64_t kc, bool per_row) {
+    fp8_block_scales(w, false, p0, kc, t.col0, t.cols, ld_scales, s.scales);
+    return ScaleTable{s.scales, ld_scales, per_row};
+  };
+  const auto source = [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); };
+  if (forward_pairs_turned(t.rows)) {
+    const int64_t ldct = round_up(t.rows, kOuterCols);
+    pair_product(
+        t.cols, t.rows, in,
+        [&](int64_t k0, int64_t kc) {
+          fp8_codes_as_bf16(w, t.col0, t.cols, k0, kc, decoded, kc);
+          return PairA{decoded, kc};
+        },
+        false, s.c, ldct, s,
+        [&](int64_t k0, int64_t kc, int64_t c0, int64_t nrows, uint32_t* b) {
+          pack_pairs_transposed(args.x, k0, kc, t.row0 + c0, nrows, b);
+          return packed_in_scratch(b, kc);
+        },
+        source, forward_first(args, next),
+        [&](int64_t k0, int64_t kc) { return scales(k0, kc, true); });
+    store_broadcast_result(args, t, t.rows, s.c, ldct, s);
+    return;
+  }
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+  pair_product(
+      t.rows, t.cols, in, pair_rows_in_place(args.x, t.row0), true, acc.c, acc.ldc, s,
+      [&](int64_t k0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+        // A strip of 16 weight rows at a time, decoded in L1 and packed.
+        const int64_t dwords = pair_panel_dwords(kc);
+        for (int64_t j = 0; j < ncols; j += kOuterCols) {
+          const int64_t n = std::min<int64_t>(kOuterCols, ncols - j);
+          const MatrixRef strip = fp8_codes_as_bf16(w, t.col0 + c0 + j, n, k0, kc, decoded, kc);
+          pack_pairs_transposed(strip, 0, kc, 0, n, b + j / kOuterCols * dwords);
+        }
+        return packed_in_scratch(b, kc);
+      },
+      source, forward_first(args, next),
+      [&](int64_t k0, int64_t kc) { return scales(k0, kc, false); });
+  add_bias_and_store(args, t, acc, s);
+}
+
 }  // namespace
 
 void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, float* scratch) {
@@ -222,15 +286,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
   const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
   const MicroKernels& set = micro_kernels();
   if (use_fp8_pairs(w, args.x.dtype, set.dot_tile_fp8_pairs != nullptr)) {
-    // FP8 codes against x's rows, kPairDotRows at a time, along the whole depth.
-    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-    for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
-      const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
-      set.dot_tile_fp8_pairs(h, static_cast<int>(t.cols), args.in_features,
-                             reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)),
-                             args.x.ld, fp8_operand(w, t.col0, 0), acc.c + i * acc.ldc, acc.ldc);
-    }
-    add_bias_and_store(args, t, acc, s);
+    forward_fp8_pairs(args, w, t, next, s);
     return;
   }
   if (forward_pairs_on_set(m, bf16_operands)) {

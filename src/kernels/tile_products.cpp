@@ -11,9 +11,12 @@ ScratchSizes sizes_for(int64_t rows, int64_t cols) {
   s.c = round_up(std::max(round_up(rows, kOuterRows) * padded_cols,
                           round_up(cols, kOuterRows) * round_up(rows, kOuterCols)),
                  kAlignFloats);
+  // The FP8 pair paths keep a row of block scales per kFp8Block depths, and decode up to
+  // kOuterDepth codes of each column (dgrad) or weight row (forward) into BF16 in a.
+  s.scales = kOuterDepth / kFp8Block * padded_cols;
   // + kAlignFloats: pack_transposed's slack.
   s.a = round_up(std::max({kOuterBlockRows * kOuterDepth, std::min(rows, kDotMaxRows) * kDotDepth,
-                           rows * kOuterDepth,
+                           rows * kOuterDepth, padded_cols * kOuterDepth / 2,
                            (kOuterRows + kDotTailMaxRows) * kBroadcastDepth +
                                2 * kDotTailMaxRows * round_up(cols, kAlignFloats)}) +
                      kAlignFloats,
@@ -26,8 +29,8 @@ ScratchSizes sizes_for(int64_t rows, int64_t cols) {
 
 Scratch split_scratch(const Tile& t, float* base) {
   const ScratchSizes s = sizes_for(t.rows, t.cols);
-  return {base, base + s.row, base + s.row + s.c, base + s.row + s.c + s.a,
-          round_up(t.cols, kOuterCols)};
+  float* const a = base + s.row + s.c;
+  return {base, base + s.row, a, a + s.a + s.scales, a + s.a, round_up(t.cols, kOuterCols)};
 }
 
 Accumulator accumulator_for(const MutableMatrixRef& out, int64_t row0, int64_t col0,

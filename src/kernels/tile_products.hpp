@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/micro_kernels.hpp"
 #include "kernels/tile_compute.hpp"
@@ -25,17 +26,19 @@ inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 //   c    the F32 result tile, when it cannot accumulate in place (ldc = cols rounded to 16)
 //   a    packed A-panels, or widened rows of x / dy for the unpacked paths
 //   b    packed B-panels, or widened rows of W / x for the unpacked paths
+//   scales  FP8 weights' block scales for one depth block of the pair kernels (fp8_block_scales)
 struct Scratch {
   float* row;
   float* c;
   float* a;
   float* b;
+  float* scales;
   int64_t ldc;
 };
 
 struct ScratchSizes {
-  int64_t row, c, a, b;
-  int64_t total() const { return row + c + a + b; }
+  int64_t row, c, a, b, scales;
+  int64_t total() const { return row + c + a + b + scales; }
 };
 
 // The scratch pieces for a tile of rows x cols (their sum is what scratch_floats reserves).
@@ -196,6 +199,16 @@ inline PairB packed_in_scratch(const uint32_t* panels, int64_t kc) {
   return {panels, pair_panel_dwords(kc)};
 }
 
+// The block scales of one depth block for pair_tile_scaled (FP8 weights): table[q * ld + i] for
+// row i of the product (per_row) or column i (micro_kernels.hpp).
+struct ScaleTable {
+  const float* table;
+  int64_t ld;
+  bool per_row;
+};
+// pair_product's default: plain pair_tile sums, unscaled.
+struct Unscaled {};
+
 // c[rows x cols] (ldc: cols rounded up to 16, scratch) = A · B over `depth` on the pair kernels:
 // A from a_block(p0, kc) (a PairA whose rows cover depths [p0, p0 + kc)), B from
 // pair_b(p0, kc, c0, ncols, scratch) (a PairB for depths [p0, p0 + kc) and the tile's columns
@@ -211,14 +224,18 @@ inline PairB packed_in_scratch(const uint32_t* panels, int64_t kc) {
 //   (b_source(p0, kc)) is prefetched, spread over its pair_tile calls; during the last block,
 //   `after` (the next tile's first block), as outer_product does.
 // Both give the same bits (the chains depend only on the depth: micro_kernels.hpp).
-template <class BlockA, class BlockB, class SourceB>
+// With block_scales (FP8 weights decoded into BF16; sets without pair_block only), each depth
+// block's ScaleTable comes from block_scales(p0, kc) and pair_tile_scaled sums instead.
+template <class BlockA, class BlockB, class SourceB, class BlockScales = Unscaled>
 void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_block, bool a_in_place,
                   float* c, int64_t ldc, const Scratch& s, const BlockB& pair_b,
-                  const SourceB& b_source, const Region& after) {
+                  const SourceB& b_source, const Region& after,
+                  const BlockScales& block_scales = {}) {
+  constexpr bool kScaled = !std::is_same_v<BlockScales, Unscaled>;
   const MicroKernels& mk = micro_kernels();
   auto* panels = reinterpret_cast<uint32_t*>(s.b);
   const int64_t strips = (cols + kOuterCols - 1) / kOuterCols;
-  if (mk.pair_block != nullptr) {
+  if (!kScaled && mk.pair_block != nullptr) {
     const int64_t block = a_in_place ? depth : kPairScratchDepth;
     for (int64_t p0 = 0; p0 < depth; p0 += block) {
       const int64_t kc = std::min(block, depth - p0);
@@ -241,13 +258,21 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
     const int64_t next = p0 + kc;
     Prefetcher prefetch(next < depth ? b_source(next, std::min(kOuterDepth, depth - next)) : after,
                         calls);
+    ScaleTable scales{};
+    if constexpr (kScaled) scales = block_scales(p0, kc);
     for (int64_t j = 0; j < strips; j += mk.pair_strips) {
       const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
       for (int64_t i = 0; i < rows; i += mk.pair_rows) {
         const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
         prefetch.step();
-        mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
-                     c + i * ldc + j * kOuterCols, ldc, p0 > 0);
+        if constexpr (kScaled) {
+          mk.pair_tile_scaled(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
+                              scales.table + (scales.per_row ? i : j * kOuterCols), scales.ld,
+                              scales.per_row, c + i * ldc + j * kOuterCols, ldc, p0 > 0);
+        } else {
+          mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
+                       c + i * ldc + j * kOuterCols, ldc, p0 > 0);
+        }
       }
     }
   }

@@ -1,7 +1,6 @@
 // The AVX-512F, AVX512-BF16 and AMX-BF16 kernel sets, each twice: compiled against emulated
-// intrinsics (x86_emulation.hpp: SIMDe, an SDM-exact vdpbf16ps, a scalar tile emulator), which
-// run wherever the CPU has AVX2 and FMA, and natively, which run only where the CPU has the
-// instruction set (skipped otherwise, with the reason printed, so a log shows which ran).
+// intrinsics (x86_emulation.hpp: SIMDe, an SDM-exact vdpbf16ps, a scalar tile emulator) and
+// natively (kernel_set_fixture.hpp). Their FP8 kernels: emulated_fp8_kernels_test.cpp.
 //
 // Checked per set: the F32 arithmetic gives the AVX2 set's bits (micro-kernels and whole grouped
 // GEMMs); the pair kernels (BF16 x BF16) give, emulated, the bits of a scalar model of their
@@ -10,8 +9,6 @@
 // with every row, T = 0, ragged tiles and depth blocks); the same bits for 1 and 3 threads, for
 // separate and stacked weights, and for coarse and fine tilings. Shapes are small: the
 // sanitizer build runs these at -O1, where each emulated instruction is a call.
-#include "emulated_kernels.hpp"
-
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -24,10 +21,10 @@
 
 #include "amx_emulator.hpp"
 #include "bf16_dot_semantics.hpp"
-#include "fp8_problem.hpp"
 #include "gemm_problem.hpp"
 #include "grouplin/dtype.hpp"
 #include "kernel_reference.hpp"
+#include "kernel_set_fixture.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/isa.hpp"
 #include "kernels/micro_kernels.hpp"
@@ -43,81 +40,6 @@ namespace {
 using kernels::kOuterCols;
 using kernels::kOuterDepth;
 using kernels::kOuterRows;
-using kernels::MicroKernels;
-
-enum class Level { kAvx512, kAvx512Bf16, kAmx };
-
-struct SetUnderTest {
-  Level level;
-  bool native;
-  const char* name;
-};
-
-void PrintTo(const SetUnderTest& u, std::ostream* os) { *os << u.name; }
-
-// The set, or why it cannot run on this CPU.
-std::optional<MicroKernels> make_set(const SetUnderTest& u, std::string& why_not) {
-  const MicroKernels* avx2 = kernels::avx2_kernels();
-  if (avx2 == nullptr) {
-    why_not =
-        "this CPU lacks AVX2+FMA, which the AVX-512 sets build on (and the emulation runs on)";
-    return std::nullopt;
-  }
-  MicroKernels set = *avx2;
-  if (u.native) {
-    const kernels::CpuFeatures f = kernels::detect_cpu();
-    const bool has = u.level == Level::kAvx512       ? f.avx512f
-                     : u.level == Level::kAvx512Bf16 ? f.avx512bf16
-                                                     : f.amx_bf16 && f.avx512bf16;
-    if (!has) {
-      why_not = std::string("this CPU (") + kernels::describe(f) + ") lacks what the native " +
-                u.name + " kernels need; their emulated twins ran instead";
-      return std::nullopt;
-    }
-    kernels::native::add_avx512(set);
-    if (u.level >= Level::kAvx512Bf16) kernels::native::add_avx512bf16(set);
-    if (u.level >= Level::kAvx512Bf16 && f.avx512vbmi) kernels::native::add_fp8_pairs(set);
-    if (u.level == Level::kAmx) kernels::native::add_amx(set);
-  } else {
-    kernels::emulated::add_avx512(set);
-    if (u.level >= Level::kAvx512Bf16) kernels::emulated::add_avx512bf16(set);
-    if (u.level >= Level::kAvx512Bf16) kernels::emulated::add_fp8_pairs(set);
-    if (u.level == Level::kAmx) kernels::emulated::add_amx(set);
-  }
-  return set;
-}
-
-std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
-  std::vector<uint16_t> v(n);
-  const std::vector<float> f = random_floats(n, seed);
-  for (size_t i = 0; i < n; ++i) v[i] = f32_to_bf16(f[i]);
-  return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-class KernelSetTest : public ::testing::TestWithParam<SetUnderTest> {
- protected:
-  void SetUp() override {
-    std::string why_not;
-    set_ = make_set(GetParam(), why_not);
-    if (!set_) GTEST_SKIP() << "skipped: " << GetParam().name << ": " << why_not;
-    avx2_ = kernels::avx2_kernels();
-    std::printf("running: %s kernels (%s)\n", set_->name,
-                GetParam().native ? "native" : "emulated");
-  }
-  void TearDown() override {
-    kernels::force_kernels(nullptr);
-    kernels::set_num_threads(saved_threads_);
-  }
-  bool has_pairs() const { return set_->pair_tile != nullptr; }
-
-  std::optional<MicroKernels> set_;
-  const MicroKernels* avx2_ = nullptr;
-  int saved_threads_ = kernels::num_threads();
-};
 
 // ---- Micro-kernels ----
 
@@ -217,58 +139,6 @@ TEST_P(KernelSetTest, FmaRowsEqualAvx2BitsAndWriteOnlyTheirColumns) {
   }
 }
 
-// fma_rows_fp8 (the few-row dgrad of FP8 weights) gives the AVX2 set's bits for 1-5 rows, over
-// scale blocks of rows and columns, blocks with and without NaN codes, scales that E4M3's 2^120
-// can and cannot be folded into, 16- and 8-column groups and ragged ends, with and without rows
-// to prefetch; it writes only its rows' first `cols` columns.
-TEST_P(KernelSetTest, FmaRowsFp8EqualsAvx2Bits) {
-  constexpr int64_t kRows = 300, kLd = 304, kLdc = 320;
-  std::vector<uint8_t> codes(static_cast<size_t>(kRows * kLd));
-  std::mt19937 gen(5);
-  for (uint8_t& c : codes) c = static_cast<uint8_t>(gen());
-  // Random codes hold a NaN code in every block: clear them from blocks (0, 0) and (1, 1).
-  for (int64_t r = 0; r < 256; ++r) {
-    for (int64_t k = 0; k < 256; ++k) {
-      uint8_t& c = codes[static_cast<size_t>(r * kLd + k)];
-      if ((r < 128) == (k < 128) && (c & 0x7f) == 0x7f) c ^= 1;
-    }
-  }
-  // Row block 1's scales cannot take 2^120 (x 2^120 overflows).
-  const std::vector<float> scales = {0.5f,    0.25f, 2.0f, 0x1p100f, 0.75f,
-                                     0x1p99f, 3.0f,  1.5f, 0.125f};
-  std::vector<float> scales_clean_middle = scales;
-  scales_clean_middle[4] = 1.25f;  // block (1, 1): clean codes, a foldable scale
-  for (const std::vector<float>* sc :
-       std::vector<const std::vector<float>*>{&scales, &scales_clean_middle}) {
-    for (const auto& [row0, depth] :
-         {std::pair<int64_t, int64_t>{0, 16}, {2, 13}, {125, 9}, {126, 40}, {130, 16}, {254, 3}}) {
-      for (const auto& [col0, cols] : {std::pair<int64_t, int64_t>{0, 45},
-                                       {120, 17},
-                                       {8, 256},
-                                       {0, 128},
-                                       {136, 120},
-                                       {16, 200},
-                                       {128, 96}}) {
-        for (int64_t rows = 1; rows <= 5; ++rows) {
-          for (bool ahead : {false, true}) {
-            const std::vector<float> a = random_floats(static_cast<size_t>(rows * depth), 9);
-            std::vector<float> want(static_cast<size_t>(rows * kLdc), 1.5f), got = want;
-            kernels::Fp8Operand b{codes.data() + row0 * kLd + col0, kLd, sc->data(), 3, row0, col0};
-            if (ahead && row0 + 2 * depth <= kRows) b.ahead = b.codes + depth * kLd;
-            avx2_->fma_rows_fp8(rows, depth, a.data(), depth, b, cols, want.data(), kLdc);
-            set_->fma_rows_fp8(rows, depth, a.data(), depth, b, cols, got.data(), kLdc);
-            ASSERT_TRUE(same_bits(want, got)) << "rows " << rows << " from b row " << row0 << " x "
-                                              << depth << ", column " << col0 << " x " << cols;
-            for (int64_t r = 0; r < rows; ++r) {
-              for (int64_t j = cols; j < kLdc; ++j) ASSERT_EQ(got[r * kLdc + j], 1.5f) << cols;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 // The documented chain of one pair_tile element: A row a (value p at a[p * a_step]), B column b
 // (value p at b[p * b_step]), n values each, from +0. AVX512-BF16: one vdpbf16ps per pair in
 // order; AMX: per 32 depths, the even and the odd products summed apart, then added to the
@@ -340,144 +210,6 @@ TEST_P(KernelSetTest, DotTilePairsFollowsItsLaneChainsAndWritesOnlyItsTile) {
           }
         }
       }
-    }
-  }
-}
-
-// dot_tile_fp8_pairs on BF16 rows and FP8 code rows read in place (their gaps hold NaN, which must
-// never be read), every code but NaN, rows whose scales cross a block row, depths around the
-// 128-depth blocks and their 32-depth groups: emulated and native, the model's bits; nothing
-// outside the call's mr x nr elements is written. A NaN code gives NaN.
-TEST_P(KernelSetTest, DotTileFp8PairsScalesEachBlockSumAndWritesOnlyItsTile) {
-  if (set_->dot_tile_fp8_pairs == nullptr) {
-    GTEST_SKIP() << "skipped: " << set_->name
-                 << " has no FP8 pair dots (FP8 forward decodes to F32 there)";
-  }
-  constexpr int kCols = 4;
-  constexpr int64_t kRow0 = 126;  // rows 126-129: two rows of scale blocks
-  for (int64_t kc : {1, 2, 31, 33, 64, 127, 128, 129, 200, 256, 300, 1000}) {
-    const int64_t lda = kc + 3, ldb = kc + 5, blocks = (kc + 127) / 128;
-    std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kernels::kPairDotRows * lda), 31);
-    for (int64_t i = 0; i < kernels::kPairDotRows; ++i) {
-      for (int64_t p = kc; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
-    }
-    std::vector<uint8_t> codes(static_cast<size_t>(kCols * ldb), 0x7f);  // NaN gaps
-    std::mt19937 gen(static_cast<unsigned>(kc));
-    for (int64_t j = 0; j < kCols; ++j) {
-      for (int64_t p = 0; p < kc; ++p) {
-        auto code = static_cast<uint8_t>((j * kc + p) * 37 + gen() % 7);
-        if ((code & 0x7f) == 0x7f) code ^= 1;
-        codes[static_cast<size_t>(j * ldb + p)] = code;
-      }
-    }
-    std::vector<float> scales(static_cast<size_t>(2 * blocks));  // [2 block rows][blocks]
-    for (size_t q = 0; q < scales.size(); ++q) {
-      scales[q] = std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
-                             static_cast<int>(gen() % 9) - 12);
-    }
-    const kernels::Fp8Operand b{codes.data(), ldb,   scales.data() - blocks * (kRow0 / 128),
-                                blocks,       kRow0, 0};
-    for (int mr = 1; mr <= kernels::kPairDotRows; ++mr) {
-      for (int nr = 1; nr <= kCols; ++nr) {
-        const int64_t ldc = kCols + 2;
-        std::vector<float> c(static_cast<size_t>((kernels::kPairDotRows + 1) * ldc), 7.0f);
-        set_->dot_tile_fp8_pairs(mr, nr, kc, a.data(), lda, b, c.data(), ldc);
-        for (int64_t i = 0; i <= kernels::kPairDotRows; ++i) {
-          for (int64_t j = 0; j < ldc; ++j) {
-            const float got = c[static_cast<size_t>(i * ldc + j)];
-            if (i >= mr || j >= nr) {
-              ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
-              continue;
-            }
-            const float* row_scales = scales.data() + ((kRow0 + j) / 128 - kRow0 / 128) * blocks;
-            const float want =
-                model_fp8_pair_dots(a.data() + i * lda, codes.data() + j * ldb, row_scales, kc);
-            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
-                << "kc " << kc << " mr " << mr << " nr " << nr << " at " << i << "," << j << ": "
-                << got << " vs " << want;
-          }
-        }
-      }
-    }
-  }
-  std::vector<uint16_t> a(128, f32_to_bf16(1.0f));
-  std::vector<uint8_t> codes(128, 0x38);  // 1.0
-  codes[77] = 0xff;                       // NaN
-  const float scale = 1.0f;
-  float c = 0.0f;
-  set_->dot_tile_fp8_pairs(1, 1, 128, a.data(), 128, {codes.data(), 128, &scale, 1, 0, 0}, &c, 1);
-  EXPECT_TRUE(std::isnan(c)) << c;
-}
-
-// fma_rows_fp8_pairs on BF16 rows of dy and FP8 code rows read in place (gaps and the rows past
-// the depth hold NaN, which must never be read), depths around the 128-row scale blocks, odd
-// depths, column groups of 64 whole or ragged, columns that start mid scale block: emulated and
-// native, the model's bits; nothing outside the rows x cols of the call is written. A NaN code
-// gives NaN in its column only.
-TEST_P(KernelSetTest, FmaRowsFp8PairsScalesEachBlockSumAndWritesOnlyItsColumns) {
-  if (set_->fma_rows_fp8_pairs == nullptr) {
-    GTEST_SKIP() << "skipped: " << set_->name
-                 << " has no FP8 pair rows (FP8 dgrad decodes to F32 there)";
-  }
-  constexpr int kRows = kernels::kFp8PairRows;
-  for (int64_t depth : {1, 2, 3, 127, 128, 129, 256, 301}) {
-    for (int64_t col0 : {0, 112}) {
-      for (int64_t cols : {5, 64, 80, 200}) {
-        const int64_t ld = col0 + cols + 9, lda = depth + 3, ldc = cols + 2;
-        const int64_t scale_ld = (ld + 127) / 128;
-        std::mt19937 gen(static_cast<unsigned>(depth * 1000 + col0 + cols));
-        std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kRows * lda), depth + cols);
-        for (int64_t i = 0; i < kRows; ++i) {
-          for (int64_t p = depth; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
-        }
-        std::vector<uint8_t> codes(static_cast<size_t>((depth + 1) * ld), 0x7f);  // NaN gaps
-        for (int64_t p = 0; p < depth; ++p) {
-          for (int64_t j = col0; j < col0 + cols; ++j) {
-            auto code = static_cast<uint8_t>(gen());
-            if ((code & 0x7f) == 0x7f) code ^= 1;
-            codes[static_cast<size_t>(p * ld + j)] = code;
-          }
-        }
-        std::vector<float> scales(static_cast<size_t>((depth + 127) / 128 * scale_ld));
-        for (float& f : scales) {
-          f = std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
-                         static_cast<int>(gen() % 9) - 12);
-        }
-        const kernels::Fp8Operand b{codes.data() + col0, ld, scales.data(), scale_ld, 0, col0};
-        for (int rows = 1; rows <= kRows; ++rows) {
-          std::vector<float> c(static_cast<size_t>((kRows + 1) * ldc), 7.0f);
-          set_->fma_rows_fp8_pairs(rows, depth, a.data(), lda, b, cols, c.data(), ldc);
-          for (int64_t i = 0; i <= kRows; ++i) {
-            for (int64_t j = 0; j < ldc; ++j) {
-              const float got = c[static_cast<size_t>(i * ldc + j)];
-              if (i >= rows || j >= cols) {
-                ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
-                continue;
-              }
-              const float want =
-                  model_fp8_pair_rows(a.data() + i * lda, codes.data() + col0 + j, ld,
-                                      scales.data() + (col0 + j) / 128, scale_ld, depth);
-              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
-                  << "depth " << depth << " col0 " << col0 << " cols " << cols << " rows " << rows
-                  << " at " << i << "," << j << ": " << got << " vs " << want;
-            }
-          }
-        }
-      }
-    }
-  }
-  std::vector<uint16_t> a(130, f32_to_bf16(1.0f));
-  std::vector<uint8_t> codes(130 * 64, 0x38);  // 1.0
-  codes[129 * 64 + 21] = 0xff;                 // NaN, in the second depth block
-  const float scales[2] = {1.0f, 1.0f};
-  std::vector<float> c(64);
-  set_->fma_rows_fp8_pairs(1, 130, a.data(), 130, {codes.data(), 64, scales, 1, 0, 0}, 64, c.data(),
-                           64);
-  for (int j = 0; j < 64; ++j) {
-    if (j == 21) {
-      EXPECT_TRUE(std::isnan(c[j])) << c[j];
-    } else {
-      EXPECT_EQ(c[j], 130.0f) << j;
     }
   }
 }
@@ -710,36 +442,7 @@ TEST_P(KernelSetTest, SameBitsForThreadsLayoutsAndTilings) {
   }
 }
 
-// FP8 weights, decoded where the set's kernels read them (packing.hpp): forward and dgrad give
-// the bits of F32 weights holding the dequantized values, on the set's own F32 paths, and its
-// decoding micro-kernel gives code x scale.
-TEST_P(KernelSetTest, Fp8WeightsGiveTheDequantizedWeightsBits) {
-  kernels::force_kernels(&*set_);
-  for (const Case& c : fp8_cases()) {
-    for (DType dt : {DType::F32, DType::BF16}) {
-      Fp8Problem p(c, dt);
-      p.expect_dequantized_bits(c, c.name + " " + std::string(dtype_name(dt)));
-    }
-  }
-  std::vector<uint8_t> codes(256);
-  std::vector<float> got(256);
-  for (size_t i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(i);
-  set_->decode_e4m3(codes.data(), 0.375f, got.data(), 256);
-  for (size_t i = 0; i < 256; ++i) {
-    const float want = f8e4m3_to_f32(codes[i]) * 0.375f;
-    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want)) << "code " << i;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Sets, KernelSetTest,
-    ::testing::Values(SetUnderTest{Level::kAvx512, false, "avx512f_emulated"},
-                      SetUnderTest{Level::kAvx512Bf16, false, "avx512bf16_emulated"},
-                      SetUnderTest{Level::kAmx, false, "amx_emulated"},
-                      SetUnderTest{Level::kAvx512, true, "avx512f_native"},
-                      SetUnderTest{Level::kAvx512Bf16, true, "avx512bf16_native"},
-                      SetUnderTest{Level::kAmx, true, "amx_native"}),
-    [](const ::testing::TestParamInfo<SetUnderTest>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Sets, KernelSetTest, ::testing::ValuesIn(sets_under_test()), set_name);
 
 // The tile emulator refuses what the hardware faults on (tiles used unconfigured, TDPBF16PS
 // shapes that do not fit), so that the emulated AMX tests catch a kernel that configures or uses

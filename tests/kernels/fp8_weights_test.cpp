@@ -47,9 +47,10 @@ TEST(Fp8Weights, DecodeIsCodeTimesScaleInEverySet) {
   expect_decode_defined(kernels::micro_kernels());
 }
 
-// Forward and dgrad on FP8 weights give the bits of F32 weights holding the dequantized values:
-// portable set (which decodes into scratch), the CPU's best (AVX2: decoded in registers), one and
-// three threads, F32 and BF16 activations.
+// Forward and dgrad on FP8 weights give the bits of F32 weights holding the dequantized values
+// (or, with BF16 activations on a set with the FP8 pair kernels, their models'), whatever the
+// tiles: portable set (which decodes into scratch), the CPU's best (AVX2: decoded in registers),
+// one and three threads, F32 and BF16 activations.
 TEST(Fp8Weights, ForwardAndDgradGiveTheDequantizedWeightsBits) {
   const int saved = kernels::num_threads();
   for (const kernels::MicroKernels* set :
@@ -63,6 +64,7 @@ TEST(Fp8Weights, ForwardAndDgradGiveTheDequantizedWeightsBits) {
           p.expect_dequantized_bits(c, std::string(kernels::micro_kernels().name) + " " + c.name +
                                            " " + std::string(dtype_name(dt)) + " threads " +
                                            std::to_string(threads));
+          p.expect_same_bits_by_tiles(c, {{7, 48, 1, 16}, {12, 48, 6, 16}});
         }
       }
     }

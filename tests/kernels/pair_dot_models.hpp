@@ -1,6 +1,6 @@
-// Test-only: scalar models of the sums dot_tile_pairs, dot_tile_fp8_pairs and fma_rows_fp8_pairs
-// form (micro_kernels.hpp states their order), built on the instruction's own arithmetic
-// (bf16_dot_semantics.hpp). Plain C++: any CPU.
+// Test-only: scalar models of the sums dot_tile_pairs, dot_tile_fp8_pairs, fma_rows_fp8_pairs and
+// pair_tile_scaled form (micro_kernels.hpp states their order), built on the instruction's own
+// arithmetic (bf16_dot_semantics.hpp). Plain C++: any CPU.
 //
 //   float want = model_pair_dots(x_row, w_row, in);
 //   float want8 = model_fp8_pair_dots(x_row, code_row, scale_row, in);
@@ -92,6 +92,23 @@ inline float model_fp8_pair_rows(const uint16_t* a, const uint8_t* codes, int64_
       t = kernels::emulated::dpbf16_lane(t, model_pair(a, p, n), w);
     }
     s = std::fma(t, scales[q * scale_ld], s);
+  }
+  return s;
+}
+
+// One pair_tile_scaled element: BF16 a and b (n values each) from `start`: per block q of 128
+// depths, t = a vdpbf16ps chain from +0 over the block's pairs in order (the last pair's high
+// halves +0 when n is odd), then s = fma(t, scale(q), s).
+template <class Scale>
+inline float model_scaled_pairs(const uint16_t* a, const uint16_t* b, int64_t n, float start,
+                                const Scale& scale) {
+  float s = start;
+  for (int64_t q = 0; 128 * q < n; ++q) {
+    float t = 0.0f;
+    for (int64_t p = 128 * q; p < std::min(n, 128 * q + 128); p += 2) {
+      t = kernels::emulated::dpbf16_lane(t, model_pair(a, p, n), model_pair(b, p, n));
+    }
+    s = std::fma(t, scale(q), s);
   }
   return s;
 }

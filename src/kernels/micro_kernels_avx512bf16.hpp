@@ -1,0 +1,55 @@
+// Private to the AVX512-BF16 kernel set, whose kernels live in two files:
+// micro_kernels_avx512bf16.cpp (pair_tile, pair_tile_scaled, dot_tile_pairs and the set's
+// add_avx512bf16) and micro_kernels_avx512bf16_fp8.cpp (the FP8 pair kernels, which also need
+// AVX512-VBMI: add_fp8_pairs). What both use: the vdpbf16ps step, A's pairs broadcast, the lane
+// sum. Compiled natively and emulated, as x86_intrinsics.hpp says.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/micro_kernels.hpp"
+#include "kernels/x86_intrinsics.hpp"
+
+#define GROUPLIN_AVX512BF16 GROUPLIN_TARGET("avx512bf16,avx512f,avx2,fma")
+
+namespace grouplin::kernels::GROUPLIN_X86_NS {
+
+#if defined(GROUPLIN_X86_EMULATED)
+GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
+  return emulated_dpbf16_ps(acc, a, b);
+}
+#else
+GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+#endif
+
+// The dword of A's pair row q of row a: depths 2q (low half) and 2q + 1; with `last_odd`, only
+// depth 2q exists (the high half is +0 and nothing past it is read).
+GROUPLIN_AVX512BF16 inline __m512i broadcast_pair(const uint16_t* a, int64_t q, bool last_odd) {
+  uint32_t pair = a[2 * q];
+  if (!last_odd) __builtin_memcpy(&pair, a + 2 * q, sizeof pair);
+  return _mm512_set1_epi32(static_cast<int>(pair));
+}
+
+// One element of dot_tile_pairs from its 16 lane sums: lanes l and l + 8 added, then l and l + 4,
+// l and l + 2, l and l + 1. GCC 12's avx512fintrin.h casts and extracts 256-bit halves from an
+// undefined vector, which -Wuninitialized reports at every use: silenced here only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+GROUPLIN_AVX512BF16 inline float sum_pair_lanes(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace grouplin::kernels::GROUPLIN_X86_NS
