@@ -36,19 +36,13 @@
 namespace grouplin::kernels::GROUPLIN_X86_NS {
 namespace {
 
-// MR rows x NS strips, one vdpbf16ps chain per element over the pair rows in order.
+// Pair rows [q0, q1) of MR rows x NS strips into acc: per pair row, NS loads of B, MR broadcasts
+// of A, MR x NS vdpbf16ps (the chains in pair-row order).
 template <int MR, int NS>
-GROUPLIN_AVX512BF16 void pair_fixed(int64_t kc, const uint16_t* a, int64_t lda, const uint32_t* b,
-                                    int64_t b_strip, float* c, int64_t ldc, bool accumulate) {
-  __m512 acc[MR][NS];
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int s = 0; s < NS; ++s)
-      acc[i][s] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * s) : _mm512_setzero_ps();
-  }
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t q = 0; q < pairs; ++q) {
+GROUPLIN_AVX512BF16 inline void pair_rows(int64_t q0, int64_t q1, int64_t kc, const uint16_t* a,
+                                          int64_t lda, const uint32_t* b, int64_t b_strip,
+                                          __m512 (&acc)[MR][NS]) {
+  for (int64_t q = q0; q < q1; ++q) {
     const bool last_odd = 2 * q + 1 == kc;
     __m512i bv[NS];
 #pragma GCC unroll 4
@@ -60,6 +54,20 @@ GROUPLIN_AVX512BF16 void pair_fixed(int64_t kc, const uint16_t* a, int64_t lda, 
       for (int s = 0; s < NS; ++s) acc[i][s] = dot_pairs(acc[i][s], av, bv[s]);
     }
   }
+}
+
+// MR rows x NS strips, one vdpbf16ps chain per element over the pair rows in order.
+template <int MR, int NS>
+GROUPLIN_AVX512BF16 void pair_fixed(int64_t kc, const uint16_t* a, int64_t lda, const uint32_t* b,
+                                    int64_t b_strip, float* c, int64_t ldc, bool accumulate) {
+  __m512 acc[MR][NS];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s)
+      acc[i][s] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * s) : _mm512_setzero_ps();
+  }
+  pair_rows<MR, NS>(0, (kc + 1) / 2, kc, a, lda, b, b_strip, acc);
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
@@ -110,19 +118,7 @@ GROUPLIN_AVX512BF16 void pair_scaled_fixed(int64_t kc, const uint16_t* a, int64_
 #pragma GCC unroll 4
       for (int s = 0; s < NS; ++s) t[i][s] = _mm512_setzero_ps();
     }
-    const int64_t q1 = std::min(pairs, q0 + kFp8Block / 2);
-    for (int64_t q = q0; q < q1; ++q) {
-      const bool last_odd = 2 * q + 1 == kc;
-      __m512i bv[NS];
-#pragma GCC unroll 4
-      for (int s = 0; s < NS; ++s) bv[s] = _mm512_loadu_si512(b + s * b_strip + q * 16);
-#pragma GCC unroll 6
-      for (int i = 0; i < MR; ++i) {
-        const __m512i av = broadcast_pair(a + i * lda, q, last_odd);
-#pragma GCC unroll 4
-        for (int s = 0; s < NS; ++s) t[i][s] = dot_pairs(t[i][s], av, bv[s]);
-      }
-    }
+    pair_rows<MR, NS>(q0, std::min(pairs, q0 + kFp8Block / 2), kc, a, lda, b, b_strip, t);
     const float* sq = scales + block * scale_q;
     const bool fresh = !accumulate && block == 0;
 #pragma GCC unroll 6

@@ -208,6 +208,8 @@ struct ScaleTable {
 };
 // pair_product's default: plain pair_tile sums, unscaled.
 struct Unscaled {};
+// Scaled pair products go by kOuterDepth blocks, each of whole scale blocks.
+static_assert(kOuterDepth % kFp8Block == 0);
 
 // c[rows x cols] (ldc: cols rounded up to 16, scratch) = A · B over `depth` on the pair kernels:
 // A from a_block(p0, kc) (a PairA whose rows cover depths [p0, p0 + kc)), B from

@@ -78,8 +78,20 @@ TEST(BenchCommandTest, Fp8RunComparesWithBf16AndCopy) {
   const std::vector<std::pair<int64_t, std::string>> want = {
       {1, "forward"}, {1, "dgrad"}, {4, "forward"}, {4, "dgrad"}};
   EXPECT_EQ(fp8_cases(j), want);
-  ASSERT_EQ(fp8["goals"].size(), 2u);
+  ASSERT_EQ(fp8["goals"].size(), 4u);
   EXPECT_EQ(fp8["goals"][0]["cases"], 4);
+  // The last two goals count only the cases whose BF16 weights do not fit in the L3 cache (all
+  // of them where the cache size is unknown).
+  const int64_t l3 = fp8["l3_bytes"].get<int64_t>();
+  int past_l3 = 0;
+  for (const auto& r : fp8["results"]) {
+    const int64_t bytes =
+        2 * r["experts"].get<int64_t>() * r["in"].get<int64_t>() * r["out"].get<int64_t>();
+    EXPECT_EQ(r["bf16_weights_past_l3"].get<bool>(), bytes > l3) << bytes << " vs " << l3;
+    past_l3 += bytes > l3 ? 1 : 0;
+  }
+  EXPECT_EQ(fp8["goals"][2]["cases"], past_l3);
+  EXPECT_EQ(fp8["goals"][3]["cases"], past_l3);
 }
 
 // --fp8-rows chooses the FP8 cases' rows per expert (over --quick's); the goals count only the

@@ -408,33 +408,10 @@ TEST_P(KernelSetTest, SameBitsForThreadsLayoutsAndTilings) {
       // take minutes on the tile emulator.)
       for (kernels::TileShape shape :
            {kernels::TileShape{7, 40, 1, 1}, kernels::TileShape{12, 48, 6, 16}}) {
-        kernels::ForwardArgs fw;
-        fw.x = {one.x.data(), dt, c.in};
-        fw.in_features = c.in;
-        fw.expert_rows = c.splits;
-        fw.first_row = first_rows(c.splits);
-        kernels::DgradArgs dg;
-        dg.dy = {one.dy.data(), dt, c.out};
-        dg.out_features = c.out;
-        dg.expert_rows = c.splits;
-        std::vector<kernels::ExpertBlock> fblocks, dblocks;
-        for (size_t e = 0; e < c.splits.size(); ++e) {
-          fw.weights.push_back({one.weights[e].data(), dt, c.in});
-          dg.weights.push_back({one.weights[e].data(), dt, c.in});
-          fblocks.push_back({fw.first_row[e], c.splits[e], c.out, c.in, 0, shape});
-          dblocks.push_back({fw.first_row[e], c.splits[e], c.in, c.out, 0, shape});
-        }
+        std::vector<kernels::MatrixRef> weights;
+        for (const Tensor& w : one.weights) weights.push_back({w.data(), dt, c.in});
         Tensor y = Tensor::zeros(one.y.shape(), dt), dx = Tensor::zeros(one.dx.shape(), dt);
-        fw.y = {y.mutable_data(), dt, c.out};
-        dg.dx = {dx.mutable_data(), dt, c.in};
-        const kernels::TilePlan fplan = kernels::plan_tiles(fblocks);
-        const kernels::TilePlan dplan = kernels::plan_tiles(dblocks);
-        std::vector<float> scratch(
-            std::max(kernels::scratch_floats(fplan), kernels::scratch_floats(dplan)) + 64);
-        float* aligned = scratch.data();
-        while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
-        for (const kernels::Tile& t : fplan.tiles) kernels::forward_tile(fw, t, nullptr, aligned);
-        for (const kernels::Tile& t : dplan.tiles) kernels::dgrad_tile(dg, t, nullptr, aligned);
+        run_by_tiles(c, one.x, one.dy, weights, {}, shape, y, dx);
         EXPECT_TRUE(y.bit_equal(one.y)) << "forward, tiles " << shape.rows << "x" << shape.cols;
         EXPECT_TRUE(dx.bit_equal(one.dx)) << "dgrad, tiles " << shape.rows << "x" << shape.cols;
       }

@@ -114,37 +114,15 @@ struct Fp8Problem {
     kernels::grouped_forward(x, c.splits, codes, scales, biases, y);
     kernels::grouped_dgrad(dy, c.splits, codes, scales, dx);
     const DType dt = x.dtype();
+    std::vector<kernels::MatrixRef> weights, bias_refs;
+    for (size_t e = 0; e < c.splits.size(); ++e) {
+      weights.push_back(
+          {codes[e].data(), DType::F8_E4M3, c.in, scales[e].data_as<float>(), scales[e].dim(1)});
+      if (c.bias) bias_refs.push_back({biases[e].data(), dt, c.out});
+    }
     for (const kernels::TileShape& shape : shapes) {
-      kernels::ForwardArgs fw;
-      fw.x = {x.data(), dt, c.in};
-      fw.in_features = c.in;
-      fw.expert_rows = c.splits;
-      fw.first_row = first_rows(c.splits);
-      kernels::DgradArgs dg;
-      dg.dy = {dy.data(), dt, c.out};
-      dg.out_features = c.out;
-      dg.expert_rows = c.splits;
-      std::vector<kernels::ExpertBlock> fblocks, dblocks;
-      for (size_t e = 0; e < c.splits.size(); ++e) {
-        const kernels::MatrixRef w{codes[e].data(), DType::F8_E4M3, c.in,
-                                   scales[e].data_as<float>(), scales[e].dim(1)};
-        fw.weights.push_back(w);
-        dg.weights.push_back(w);
-        if (c.bias) fw.biases.push_back({biases[e].data(), dt, c.out});
-        fblocks.push_back({fw.first_row[e], c.splits[e], c.out, c.in, 0, shape});
-        dblocks.push_back({fw.first_row[e], c.splits[e], c.in, c.out, 0, shape});
-      }
       Tensor yt = Tensor::zeros(y.shape(), dt), dxt = Tensor::zeros(dx.shape(), dt);
-      fw.y = {yt.mutable_data(), dt, c.out};
-      dg.dx = {dxt.mutable_data(), dt, c.in};
-      const kernels::TilePlan fplan = kernels::plan_tiles(fblocks);
-      const kernels::TilePlan dplan = kernels::plan_tiles(dblocks);
-      std::vector<float> scratch(
-          std::max(kernels::scratch_floats(fplan), kernels::scratch_floats(dplan)) + 64);
-      float* aligned = scratch.data();
-      while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
-      for (const kernels::Tile& t : fplan.tiles) kernels::forward_tile(fw, t, nullptr, aligned);
-      for (const kernels::Tile& t : dplan.tiles) kernels::dgrad_tile(dg, t, nullptr, aligned);
+      run_by_tiles(c, x, dy, weights, bias_refs, shape, yt, dxt);
       EXPECT_TRUE(yt.bit_equal(y)) << "forward, tiles " << shape.rows << "x" << shape.cols;
       EXPECT_TRUE(dxt.bit_equal(dx)) << "dgrad, tiles " << shape.rows << "x" << shape.cols;
     }

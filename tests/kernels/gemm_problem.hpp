@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -16,7 +17,10 @@
 
 #include "grouplin/tensor.hpp"
 #include "kernel_reference.hpp"
+#include "kernels/gemm_plan.hpp"
 #include "kernels/grouped_gemm.hpp"
+#include "kernels/packing.hpp"
+#include "kernels/tile_compute.hpp"
 
 namespace grouplin::kernel_test {
 
@@ -26,6 +30,49 @@ struct Case {
   std::vector<int64_t> splits;
   bool bias;
 };
+
+// Forward (y = x · Wᵀ + b) and dgrad (dx = dy · W) of case c tile by tile, each expert's block cut
+// by `shape` instead of the grouped calls' own plan; each tile is told the next, so that its
+// prefetching runs too. y and dx (shaped, of x's dtype) are overwritten.
+inline void run_by_tiles(const Case& c, const Tensor& x, const Tensor& dy,
+                         const std::vector<kernels::MatrixRef>& weights,
+                         const std::vector<kernels::MatrixRef>& biases,
+                         const kernels::TileShape& shape, Tensor& y, Tensor& dx) {
+  const DType dt = x.dtype();
+  kernels::ForwardArgs fw;
+  fw.x = {x.data(), dt, c.in};
+  fw.in_features = c.in;
+  fw.expert_rows = c.splits;
+  fw.first_row = first_rows(c.splits);
+  fw.weights = weights;
+  fw.biases = biases;
+  fw.y = {y.mutable_data(), dt, c.out};
+  kernels::DgradArgs dg;
+  dg.dy = {dy.data(), dt, c.out};
+  dg.out_features = c.out;
+  dg.expert_rows = c.splits;
+  dg.weights = weights;
+  dg.dx = {dx.mutable_data(), dt, c.in};
+  std::vector<kernels::ExpertBlock> fblocks, dblocks;
+  for (size_t e = 0; e < c.splits.size(); ++e) {
+    fblocks.push_back({fw.first_row[e], c.splits[e], c.out, c.in, 0, shape});
+    dblocks.push_back({fw.first_row[e], c.splits[e], c.in, c.out, 0, shape});
+  }
+  const kernels::TilePlan fplan = kernels::plan_tiles(fblocks);
+  const kernels::TilePlan dplan = kernels::plan_tiles(dblocks);
+  std::vector<float> scratch(
+      std::max(kernels::scratch_floats(fplan), kernels::scratch_floats(dplan)) + 64);
+  float* aligned = scratch.data();
+  while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+  for (size_t i = 0; i < fplan.tiles.size(); ++i) {
+    const kernels::Tile* next = i + 1 < fplan.tiles.size() ? &fplan.tiles[i + 1] : nullptr;
+    kernels::forward_tile(fw, fplan.tiles[i], next, aligned);
+  }
+  for (size_t i = 0; i < dplan.tiles.size(); ++i) {
+    const kernels::Tile* next = i + 1 < dplan.tiles.size() ? &dplan.tiles[i + 1] : nullptr;
+    kernels::dgrad_tile(dg, dplan.tiles[i], next, aligned);
+  }
+}
 
 // Inputs and outputs of one case in one dtype; weights in separate allocations (as PerExpert) or
 // as views of one stacked tensor (as Single and Contiguous).
