@@ -11,9 +11,10 @@
 // Nothing is imported or called: a global is a tag, and REDUCE on an allowed tag builds the
 // value here in C++. Every size is bounded (PickleLimits), and so is all the memory the machine
 // holds. Errors start with "offset N: ", the offset of the opcode in the pickle; callers add the
-// file and record names. The machine is four files: this run loop (pickle_machine.cpp), the
+// file and record names. The machine is five files: this run loop (pickle_machine.cpp), the
 // opcode names (pickle_opcodes.cpp), the values with their memory budget (pickle_values.cpp),
-// and what torch's globals build (pickle_torch.cpp).
+// what torch's globals build (pickle_torch.cpp; the allowed globals: pickle_globals.hpp), and
+// TransformerEngine's FP8 tensors (pickle_te.cpp).
 #pragma once
 
 #include <cstddef>

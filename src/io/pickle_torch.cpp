@@ -1,75 +1,14 @@
-// The torch reconstructors of the pickle machine (see io/pickle_torch.hpp).
+// The torch reconstructors of the pickle machine (see io/pickle_torch.hpp); TransformerEngine's
+// FP8 tensors are built in pickle_te.cpp.
 #include "io/pickle_torch.hpp"
 
 #include <cstdint>
 
 #include "grouplin/error.hpp"
+#include "io/pickle_globals.hpp"
 
 namespace grouplin::pickle {
 namespace {
-
-// What an allowed global stands for.
-// clang-format off
-enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag,
-                                  TeFloat8Tensor, TeFloat8TensorClass, Getattr, TeDType, TorchSize,
-                                  TeMxfp8Tensor, TeMxfp8Quantizer };
-// clang-format on
-
-struct AllowedGlobal {
-  std::string_view name;
-  GlobalKind kind;
-  DType dtype = DType::U8;
-  bool untyped = false;
-};
-
-constexpr AllowedGlobal kAllowedGlobals[] = {
-    {"collections.OrderedDict", GlobalKind::OrderedDict},
-    {"torch._utils._rebuild_tensor_v2", GlobalKind::RebuildTensorV2},
-    {"torch._utils._rebuild_tensor_v3", GlobalKind::RebuildTensorV3},
-    {"torch._utils._rebuild_parameter", GlobalKind::RebuildParameter},
-    // TransformerEngine's FP8 weights (docs/pt-format.md): its reconstructor, the legacy route
-    // to it (getattr(Float8Tensor, '_make_in_reduce_ex'), the only getattr accepted), its dtype
-    // enum in both spellings, and torch.Size for shapes. Each is built here, never called.
-    {"transformer_engine.pytorch.tensor.float8_tensor._make_float8_tensor_in_reduce_ex",
-     GlobalKind::TeFloat8Tensor},
-    {"transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor",
-     GlobalKind::TeFloat8TensorClass},
-    {"__builtin__.getattr", GlobalKind::Getattr},
-    {"builtins.getattr", GlobalKind::Getattr},
-    {"transformer_engine.pytorch.constants.DType", GlobalKind::TeDType},
-    {"transformer_engine_torch.DType", GlobalKind::TeDType},
-    {"torch.Size", GlobalKind::TorchSize},
-    {"transformer_engine.pytorch.tensor.mxfp8_tensor._make_mxfp8_tensor_in_reduce_ex",
-     GlobalKind::TeMxfp8Tensor},
-    {"transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Quantizer", GlobalKind::TeMxfp8Quantizer},
-    {"torch.FloatStorage", GlobalKind::StorageType, DType::F32},
-    {"torch.DoubleStorage", GlobalKind::StorageType, DType::F64},
-    {"torch.HalfStorage", GlobalKind::StorageType, DType::F16},
-    {"torch.BFloat16Storage", GlobalKind::StorageType, DType::BF16},
-    {"torch.LongStorage", GlobalKind::StorageType, DType::I64},
-    {"torch.IntStorage", GlobalKind::StorageType, DType::I32},
-    {"torch.ShortStorage", GlobalKind::StorageType, DType::I16},
-    {"torch.CharStorage", GlobalKind::StorageType, DType::I8},
-    {"torch.ByteStorage", GlobalKind::StorageType, DType::U8},
-    {"torch.BoolStorage", GlobalKind::StorageType, DType::BOOL},
-    {"torch.UntypedStorage", GlobalKind::StorageType, DType::U8, true},
-    {"torch.float32", GlobalKind::DTypeTag, DType::F32},
-    {"torch.float64", GlobalKind::DTypeTag, DType::F64},
-    {"torch.float16", GlobalKind::DTypeTag, DType::F16},
-    {"torch.bfloat16", GlobalKind::DTypeTag, DType::BF16},
-    {"torch.float8_e4m3fn", GlobalKind::DTypeTag, DType::F8_E4M3},
-    {"torch.float8_e5m2", GlobalKind::DTypeTag, DType::F8_E5M2},
-    {"torch.float8_e8m0fnu", GlobalKind::DTypeTag, DType::F8_E8M0},
-    {"torch.int64", GlobalKind::DTypeTag, DType::I64},
-    {"torch.int32", GlobalKind::DTypeTag, DType::I32},
-    {"torch.int16", GlobalKind::DTypeTag, DType::I16},
-    {"torch.int8", GlobalKind::DTypeTag, DType::I8},
-    {"torch.uint8", GlobalKind::DTypeTag, DType::U8},
-    {"torch.uint16", GlobalKind::DTypeTag, DType::U16},
-    {"torch.uint32", GlobalKind::DTypeTag, DType::U32},
-    {"torch.uint64", GlobalKind::DTypeTag, DType::U64},
-    {"torch.bool", GlobalKind::DTypeTag, DType::BOOL},
-};
 
 // Harmless torch element types with no GroupLin dtype: refused with UnsupportedDType.
 // clang-format off
@@ -82,17 +21,6 @@ constexpr std::string_view kUnsupportedTypes[] = {
     "torch.quint8", "torch.qint32", "torch.quint4x2", "torch.quint2x4",
 };
 // clang-format on
-
-const AllowedGlobal& allowed(const Values& v, Ref r) {
-  return kAllowedGlobals[static_cast<size_t>(v.get(r).number)];
-}
-
-bool is_global(const Values& v, Ref r, GlobalKind kind) {
-  return v.get(r).kind == Kind::Global && allowed(v, r).kind == kind;
-}
-
-// What one entry of storage_index_ costs besides its key: node and bucket (see Values::charge).
-constexpr size_t kHashEntryBytes = 48;
 
 // Heap bytes of a TensorRef's vectors.
 size_t vector_bytes(const TensorRef& t) {
@@ -315,33 +243,6 @@ Ref TorchBuilder::push_tensor(TensorRef t) {
   return ref;
 }
 
-const TensorRef* TorchBuilder::codes_or_none(Ref r, std::string_view fn, const char* what) const {
-  const Value& v = values_.get(r);
-  if (v.kind == Kind::None) return nullptr;
-  if (v.kind != Kind::Tensor) {
-    cursor_.invalid(std::string(fn) + ": " + what + " is a " + kind_name(v.kind) +
-                    ", expected a tensor or None");
-  }
-  const TensorRef& t = tensors_[static_cast<size_t>(v.number)];
-  if (dtype_size(t.dtype) != 1) {
-    cursor_.invalid(std::string(fn) + ": " + what + " is " + std::string(dtype_name(t.dtype)) +
-                    ", expected uint8 codes");
-  }
-  return &t;
-}
-
-Ref TorchBuilder::push_fp8(TensorRef codes, int64_t te_code, size_t scale,
-                           bool dropped_columnwise) {
-  // The dtype is known when TE's code is; any other code is refused at finish, with the key.
-  codes.dtype = te_code == 7 ? DType::F8_E4M3 : te_code == 8 ? DType::F8_E5M2 : DType::U8;
-  const Ref ref = push_tensor(std::move(codes));
-  values_.grow(float8_, "tensors");
-  float8_.push_back({tensors_.size() - 1, scale, te_code, dropped_columnwise});
-  values_.charge(kHashEntryBytes, "tensors");
-  float8_of_tensor_.emplace(tensors_.size() - 1, float8_.size() - 1);
-  return ref;
-}
-
 Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
   const Value& fn = values_.get(fn_ref);
   const Value& args = values_.get(args_ref);
@@ -411,127 +312,6 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
       break;
   }
   cursor_.invalid("calling " + std::string(g.name) + " is not supported");
-}
-
-Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
-  constexpr std::string_view fn = "_make_float8_tensor_in_reduce_ex";
-  if (a.size() != 6) {
-    cursor_.invalid(std::string(fn) + " called with " + std::to_string(a.size()) +
-                    " arguments, expected 6 (data, fp8_dtype, fp8_scale_inv, dtype, shape, "
-                    "data_transpose)");
-  }
-  const TensorRef* data = codes_or_none(a[0], fn, "data");
-  const TensorRef* transpose = codes_or_none(a[5], fn, "data_transpose");
-  if (values_.get(a[1]).kind != Kind::TeDType) {
-    cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[1]).kind) +
-                    ", expected a TransformerEngine DType");
-  }
-  const int64_t code = values_.get(a[1]).number;
-  const Value& scale = values_.get(a[2]);
-  if (scale.kind != Kind::Tensor) {
-    cursor_.invalid(std::string(fn) + ": fp8_scale_inv is a " + kind_name(scale.kind) +
-                    ", expected a tensor");
-  }
-  const auto scale_index = static_cast<size_t>(scale.number);
-  const TensorRef& s = tensors_[scale_index];
-  int64_t scale_numel = 1;
-  for (int64_t d : s.shape) scale_numel *= d;
-  if (s.dtype != DType::F32 || scale_numel != 1) {
-    cursor_.invalid(std::string(fn) + ": fp8_scale_inv is " + std::string(dtype_name(s.dtype)) +
-                    " " + shape_to_string(s.shape) + ", expected one F32 value");
-  }
-  if (!is_global(values_, a[3], GlobalKind::DTypeTag)) {
-    cursor_.invalid(std::string(fn) + ": dtype is a " + kind_name(values_.get(a[3]).kind) +
-                    ", expected a torch dtype");
-  }
-  const Shape shape = expect_int_tuple(a[4], std::string(fn) + ": shape");
-  TensorRef t;
-  if (data != nullptr) {
-    if (data->shape != shape) {
-      cursor_.invalid(std::string(fn) + ": data has shape " + shape_to_string(data->shape) +
-                      ", the tensor " + shape_to_string(shape));
-    }
-    t = *data;
-  } else if (transpose != nullptr) {
-    // Only the transpose kept: the logical [out, in] weight is a strided view of it.
-    const bool fits = shape.size() == 2 && transpose->shape == Shape{shape[1], shape[0]};
-    if (!fits) {
-      cursor_.invalid(std::string(fn) + ": data_transpose has shape " +
-                      shape_to_string(transpose->shape) + ", expected the transpose of " +
-                      shape_to_string(shape));
-    }
-    t = *transpose;
-    t.shape = shape;
-    t.stride = {transpose->stride[1], transpose->stride[0]};
-  } else {
-    cursor_.invalid(std::string(fn) + ": neither data nor data_transpose is given");
-  }
-  return push_fp8(std::move(t), code, scale_index, false);
-}
-
-Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
-  constexpr std::string_view fn = "_make_mxfp8_tensor_in_reduce_ex";
-  if (a.size() != 8 && a.size() != 9) {
-    cursor_.invalid(std::string(fn) + " called with " + std::to_string(a.size()) +
-                    " arguments, expected 9 (rowwise_data, rowwise_scale_inv, columnwise_data, "
-                    "columnwise_scale_inv, fp8_dtype, dtype, shape, quantizer, "
-                    "with_gemm_swizzled_scales)");
-  }
-  const TensorRef* data = codes_or_none(a[0], fn, "rowwise_data");
-  const TensorRef* scales = codes_or_none(a[1], fn, "rowwise_scale_inv");
-  // A second quantization for the transposed GEMM: dropped, and said (PtReadOptions::notes).
-  const bool columnwise = codes_or_none(a[2], fn, "columnwise_data") != nullptr;
-  codes_or_none(a[3], fn, "columnwise_scale_inv");
-  if (values_.get(a[4]).kind != Kind::TeDType) {
-    cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[4]).kind) +
-                    ", expected a TransformerEngine DType");
-  }
-  if (!is_global(values_, a[5], GlobalKind::DTypeTag)) {
-    cursor_.invalid(std::string(fn) + ": dtype is a " + kind_name(values_.get(a[5]).kind) +
-                    ", expected a torch dtype");
-  }
-  const Shape shape = expect_int_tuple(a[6], std::string(fn) + ": shape");
-  const Kind quantizer = values_.get(a[7]).kind;
-  if (quantizer != Kind::None && quantizer != Kind::TeQuantizer) {
-    cursor_.invalid(std::string(fn) + ": quantizer is a " + kind_name(quantizer) +
-                    ", expected an MXFP8Quantizer or None");
-  }
-  bool swizzled = false;
-  if (a.size() == 9) {
-    if (values_.get(a[8]).kind != Kind::Bool) {
-      cursor_.invalid(std::string(fn) + ": with_gemm_swizzled_scales is not a bool");
-    }
-    swizzled = values_.get(a[8]).number != 0;
-  }
-  if (data == nullptr || scales == nullptr) {
-    cursor_.fail(ErrorCode::UnsupportedConversion,
-                 std::string(fn) +
-                     ": an MXFP8Tensor without its row-wise data and scales (only the column-wise "
-                     "copy kept), which GroupLin does not read");
-  }
-  if (shape.size() != 2 || data->shape != shape || !is_contiguous(data->shape, data->stride)) {
-    cursor_.invalid(std::string(fn) + ": rowwise_data has shape " + shape_to_string(data->shape) +
-                    ", expected the contiguous 2-D " + shape_to_string(shape));
-  }
-  // TE pads the scales to [roundup(M, 128), roundup(ceil(K / 32), 4)]; exactly that is accepted.
-  auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
-  const int64_t rows = shape[0], cols = (shape[1] + 31) / 32;
-  const Shape padded{round_up(rows, 128), round_up(cols, 4)};
-  if (scales->shape != padded || !is_contiguous(scales->shape, scales->stride)) {
-    cursor_.invalid(std::string(fn) + ": rowwise_scale_inv has shape " +
-                    shape_to_string(scales->shape) + ", expected the contiguous " +
-                    shape_to_string(padded) + " TransformerEngine pads " + shape_to_string(shape) +
-                    "'s [1, 32] block scales to");
-  }
-  TensorRef s = *scales;
-  s.dtype = DType::F8_E8M0;
-  s.shape = {rows, cols};
-  s.stride = {padded[1], 1};  // the unpadded corner; pt_reader unswizzles a swizzled one
-  s.mx_swizzled = swizzled;
-  s.mx_padded_cols = padded[1];
-  TensorRef codes = *data;  // copied first: pushing the scales may move tensors_
-  const auto scale_index = static_cast<size_t>(values_.get(push_tensor(std::move(s))).number);
-  return push_fp8(std::move(codes), values_.get(a[4]).number, scale_index, columnwise);
 }
 
 Ref TorchBuilder::new_object(Ref cls, Ref args) {

@@ -1,0 +1,88 @@
+// Private to the pickle machine's torch side (pickle_torch.cpp, pickle_te.cpp): the globals a
+// state-dict pickle may name, each with what it stands for. Anything not listed is refused.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "grouplin/dtype.hpp"
+#include "io/pickle_values.hpp"
+
+namespace grouplin::pickle {
+
+// What an allowed global stands for.
+// clang-format off
+enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag,
+                                  TeFloat8Tensor, TeFloat8TensorClass, Getattr, TeDType, TorchSize,
+                                  TeMxfp8Tensor, TeMxfp8Quantizer };
+// clang-format on
+
+struct AllowedGlobal {
+  std::string_view name;
+  GlobalKind kind;
+  DType dtype = DType::U8;
+  bool untyped = false;
+};
+
+inline constexpr AllowedGlobal kAllowedGlobals[] = {
+    {"collections.OrderedDict", GlobalKind::OrderedDict},
+    {"torch._utils._rebuild_tensor_v2", GlobalKind::RebuildTensorV2},
+    {"torch._utils._rebuild_tensor_v3", GlobalKind::RebuildTensorV3},
+    {"torch._utils._rebuild_parameter", GlobalKind::RebuildParameter},
+    // TransformerEngine's FP8 weights (docs/pt-format.md): its reconstructor, the legacy route
+    // to it (getattr(Float8Tensor, '_make_in_reduce_ex'), the only getattr accepted), its dtype
+    // enum in both spellings, and torch.Size for shapes. Each is built here, never called.
+    {"transformer_engine.pytorch.tensor.float8_tensor._make_float8_tensor_in_reduce_ex",
+     GlobalKind::TeFloat8Tensor},
+    {"transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor",
+     GlobalKind::TeFloat8TensorClass},
+    {"__builtin__.getattr", GlobalKind::Getattr},
+    {"builtins.getattr", GlobalKind::Getattr},
+    {"transformer_engine.pytorch.constants.DType", GlobalKind::TeDType},
+    {"transformer_engine_torch.DType", GlobalKind::TeDType},
+    {"torch.Size", GlobalKind::TorchSize},
+    {"transformer_engine.pytorch.tensor.mxfp8_tensor._make_mxfp8_tensor_in_reduce_ex",
+     GlobalKind::TeMxfp8Tensor},
+    {"transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Quantizer", GlobalKind::TeMxfp8Quantizer},
+    {"torch.FloatStorage", GlobalKind::StorageType, DType::F32},
+    {"torch.DoubleStorage", GlobalKind::StorageType, DType::F64},
+    {"torch.HalfStorage", GlobalKind::StorageType, DType::F16},
+    {"torch.BFloat16Storage", GlobalKind::StorageType, DType::BF16},
+    {"torch.LongStorage", GlobalKind::StorageType, DType::I64},
+    {"torch.IntStorage", GlobalKind::StorageType, DType::I32},
+    {"torch.ShortStorage", GlobalKind::StorageType, DType::I16},
+    {"torch.CharStorage", GlobalKind::StorageType, DType::I8},
+    {"torch.ByteStorage", GlobalKind::StorageType, DType::U8},
+    {"torch.BoolStorage", GlobalKind::StorageType, DType::BOOL},
+    {"torch.UntypedStorage", GlobalKind::StorageType, DType::U8, true},
+    {"torch.float32", GlobalKind::DTypeTag, DType::F32},
+    {"torch.float64", GlobalKind::DTypeTag, DType::F64},
+    {"torch.float16", GlobalKind::DTypeTag, DType::F16},
+    {"torch.bfloat16", GlobalKind::DTypeTag, DType::BF16},
+    {"torch.float8_e4m3fn", GlobalKind::DTypeTag, DType::F8_E4M3},
+    {"torch.float8_e5m2", GlobalKind::DTypeTag, DType::F8_E5M2},
+    {"torch.float8_e8m0fnu", GlobalKind::DTypeTag, DType::F8_E8M0},
+    {"torch.int64", GlobalKind::DTypeTag, DType::I64},
+    {"torch.int32", GlobalKind::DTypeTag, DType::I32},
+    {"torch.int16", GlobalKind::DTypeTag, DType::I16},
+    {"torch.int8", GlobalKind::DTypeTag, DType::I8},
+    {"torch.uint8", GlobalKind::DTypeTag, DType::U8},
+    {"torch.uint16", GlobalKind::DTypeTag, DType::U16},
+    {"torch.uint32", GlobalKind::DTypeTag, DType::U32},
+    {"torch.uint64", GlobalKind::DTypeTag, DType::U64},
+    {"torch.bool", GlobalKind::DTypeTag, DType::BOOL},
+};
+
+inline const AllowedGlobal& allowed(const Values& v, Ref r) {
+  return kAllowedGlobals[static_cast<size_t>(v.get(r).number)];
+}
+
+inline bool is_global(const Values& v, Ref r, GlobalKind kind) {
+  return v.get(r).kind == Kind::Global && allowed(v, r).kind == kind;
+}
+
+// What one entry of storage_index_ costs besides its key: node and bucket (see Values::charge).
+inline constexpr size_t kHashEntryBytes = 48;
+
+}  // namespace grouplin::pickle
