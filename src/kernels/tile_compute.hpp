@@ -133,10 +133,11 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
 // to BF16 a depth block at a time (forward: as A of the turned tiles, or pair panels for tiles
 // of more than kTurnedMaxRows rows; dgrad: pair panels). On the Zen 4, 2 threads, interleaved
 // rounds (docs/PERFORMANCE.md): against the dequantizing kernels, forward 1.5-2.1x at 1-4 rows
-// per expert; the scaled pair tiles against the FP8 dot and row kernels, forward 1.3-1.9x and
-// dgrad 1.2-1.6x at 16-512 rows. The bounds, from a sweep at 5-16 rows (medians of 3 rounds):
-// forward dots up to 12 rows gained 0.83-1.79x (median 1.16) over up to 6; row kernels up to 8
-// rows 0.93-2.31x over up to 4 (a pair tile decodes and packs its codes for only those rows).
+// per expert; the scaled pair tiles against the FP8 dot and row kernels, forward 1.3-2.1x and
+// dgrad 0.9-1.8x (median 1.3) at 16-512 rows. The bounds, from a sweep at 5-16 rows (medians of
+// 3 rounds): forward dots up to 12 rows gained 0.83-1.79x (median 1.16) over up to 6; row
+// kernels up to 8 rows 0.93-2.31x over up to 4 (a pair tile decodes and packs its codes for only
+// those rows).
 inline constexpr int64_t kFp8DotMaxRows = 12;
 inline constexpr int64_t kFp8RowsMaxRows = 8;
 inline bool use_fp8_pairs(const MatrixRef& w, DType activations, bool set_has_them) {
