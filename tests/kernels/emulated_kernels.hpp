@@ -10,8 +10,8 @@ namespace grouplin::kernels::emulated {
 
 void add_avx512(MicroKernels& set);
 void add_avx512bf16(MicroKernels& set);
-// + dot_tile_fp8_pairs and fma_rows_fp8_pairs (the native ones only where the CPU has
-// AVX512-VBMI).
+// + dot_tile_fp8_pairs, fma_rows_fp8_pairs and decode_fp8_bf16 (the native ones only where the
+// CPU has AVX512-VBMI).
 void add_fp8_pairs(MicroKernels& set);
 void add_amx(MicroKernels& set);
 
