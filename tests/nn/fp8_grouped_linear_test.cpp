@@ -86,9 +86,9 @@ TEST(Fp8GroupedLinear, WeightsAreTheDrawsQuantizedPerBlock) {
 // layout: with F32 activations, an F32 module loaded from the FP8 module's state dict (which
 // dequantizes: code x scale in F32); with BF16 ones, the grouped GEMM on those F32 weights and the
 // BF16 activations (no module holds that mix), except forward and dx on a kernel set that sums
-// them block by block (dot_tile_fp8_pairs, fma_rows_fp8_pairs, tested against their models in
-// the kernel tests): there they equal the grouped GEMMs on the module's codes and scales. The
-// layouts agree.
+// them block by block (the FP8 pair kernels: dot_tile_fp8_pairs, fma_rows_fp8_pairs and
+// pair_tile_scaled, tested against their models in the kernel tests): there they equal the grouped
+// GEMMs on the module's codes and scales. The layouts agree.
 TEST(Fp8GroupedLinear, ComputesAsItsDequantizedWeights) {
   for (DType act : {DType::F32, DType::BF16}) {
     Tensor first_y;
