@@ -198,6 +198,15 @@ Region packed_region(const uint32_t* p, const ForwardArgs& args, const Tile& t, 
           (kc + 1) / 2 * kOuterCols * static_cast<int64_t>(sizeof(uint32_t))};
 }
 
+// B of the turned forward pair tiles: the tile's rows of x from c0 (nrows of them), packed as
+// pair panels for depths [k0, k0 + kc).
+auto x_rows_as_pair_b(const ForwardArgs& args, const Tile& t) {
+  return [&args, &t](int64_t k0, int64_t kc, int64_t c0, int64_t nrows, uint32_t* b) {
+    pack_pairs_transposed(args.x, k0, kc, t.row0 + c0, nrows, b);
+    return packed_in_scratch(b, kc);
+  };
+}
+
 // What each operation's tile streams first, for prefetching it from the tile before.
 Region forward_first(const ForwardArgs& args, const Tile* t) {
   if (t == nullptr) return {};
@@ -248,12 +257,7 @@ void forward_fp8_pairs(const ForwardArgs& args, const MatrixRef& w, const Tile& 
           fp8_codes_as_bf16(w, t.col0, t.cols, k0, kc, decoded, kc);
           return PairA{decoded, kc};
         },
-        false, s.c, ldct, s,
-        [&](int64_t k0, int64_t kc, int64_t c0, int64_t nrows, uint32_t* b) {
-          pack_pairs_transposed(args.x, k0, kc, t.row0 + c0, nrows, b);
-          return packed_in_scratch(b, kc);
-        },
-        source, forward_first(args, next),
+        false, s.c, ldct, s, x_rows_as_pair_b(args, t), source, forward_first(args, next),
         [&](int64_t k0, int64_t kc) { return scales(k0, kc, true); });
     store_broadcast_result(args, t, t.rows, s.c, ldct, s);
     return;
@@ -309,10 +313,7 @@ void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, floa
       const int64_t ldct = round_up(t.rows, kOuterCols);
       pair_product(
           t.cols, t.rows, args.in_features, pair_rows_in_place(w, t.col0), true, s.c, ldct, s,
-          [&](int64_t k0, int64_t kc, int64_t c0, int64_t nrows, uint32_t* b) {
-            pack_pairs_transposed(args.x, k0, kc, t.row0 + c0, nrows, b);
-            return packed_in_scratch(b, kc);
-          },
+          x_rows_as_pair_b(args, t),
           [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
           forward_first(args, next));
       store_broadcast_result(args, t, t.rows, s.c, ldct, s);

@@ -25,6 +25,12 @@ namespace {
 
 class Fp8SetTest : public KernelSetTest {};
 
+// A block scale drawn from gen: 1 to 2 (61 steps) times 2^-12 to 2^-4.
+float random_scale(std::mt19937& gen) {
+  return std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
+                    static_cast<int>(gen() % 9) - 12);
+}
+
 // fma_rows_fp8 (the few-row dgrad of FP8 weights) gives the AVX2 set's bits for 1-5 rows, over
 // scale blocks of rows and columns, blocks with and without NaN codes, scales that E4M3's 2^120
 // can and cannot be folded into, 16- and 8-column groups and ragged ends, with and without rows
@@ -105,8 +111,7 @@ TEST_P(Fp8SetTest, DotTileFp8PairsScalesEachBlockSumAndWritesOnlyItsTile) {
     }
     std::vector<float> scales(static_cast<size_t>(2 * blocks));  // [2 block rows][blocks]
     for (size_t q = 0; q < scales.size(); ++q) {
-      scales[q] = std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
-                             static_cast<int>(gen() % 9) - 12);
+      scales[q] = random_scale(gen);
     }
     const kernels::Fp8Operand b{codes.data(), ldb,   scales.data() - blocks * (kRow0 / 128),
                                 blocks,       kRow0, 0};
@@ -173,8 +178,7 @@ TEST_P(Fp8SetTest, FmaRowsFp8PairsScalesEachBlockSumAndWritesOnlyItsColumns) {
         }
         std::vector<float> scales(static_cast<size_t>((depth + 127) / 128 * scale_ld));
         for (float& f : scales) {
-          f = std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
-                         static_cast<int>(gen() % 9) - 12);
+          f = random_scale(gen);
         }
         const kernels::Fp8Operand b{codes.data() + col0, ld, scales.data(), scale_ld, 0, col0};
         for (int rows = 1; rows <= kRows; ++rows) {
@@ -239,8 +243,7 @@ TEST_P(Fp8SetTest, PairTileScaledScalesEachBlockAndWritesOnlyItsTile) {
     std::mt19937 gen(static_cast<unsigned>(kc));
     std::vector<float> scales(static_cast<size_t>(blocks * ld));
     for (float& f : scales) {
-      f = std::ldexp(1.0f + static_cast<float>(gen() % 61) / 61.0f,
-                     static_cast<int>(gen() % 9) - 12);
+      f = random_scale(gen);
     }
     const std::vector<float> start = random_floats(static_cast<size_t>((rows + 1) * ld), kc + 2);
     for (bool per_row : {false, true}) {
