@@ -60,6 +60,10 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed) {
                           dtype);
 }
 
+// `code` if it is a finite E4M3 code, else (a NaN code, 0x7f or 0xff) its neighbour 0x7e or
+// 0xfe: random codes without NaNs, whose sums would tell no two orders apart.
+inline uint8_t finite_e4m3(uint8_t code) { return (code & 0x7f) == 0x7f ? code ^ 1 : code; }
+
 inline std::vector<int64_t> first_rows(std::span<const int64_t> m_splits) {
   std::vector<int64_t> first;
   int64_t row = 0;

@@ -423,13 +423,13 @@ TEST_F(MicroKernelsTest, FmaRowsFp8EqualsFmaRowsOnDecodedValues) {
   for (int64_t r = 0; r < 128; ++r) {
     for (int64_t k = 0; k < 128; ++k) {
       uint8_t& c = codes[static_cast<size_t>(r * kLd + k)];
-      if ((c & 0x7f) == 0x7f) c ^= 1;
+      c = kernel_test::finite_e4m3(c);
     }
   }
   for (int64_t r = 128; r < 256; ++r) {
     for (int64_t k = 128; k < 256; ++k) {
       uint8_t& c = codes[static_cast<size_t>(r * kLd + k)];
-      if ((c & 0x7f) == 0x7f) c ^= 1;
+      c = kernel_test::finite_e4m3(c);
     }
   }
   const std::vector<float> scales = {0.5f,    0.25f, 2.0f, 0x1p100f, 0x1p101f,
