@@ -1,14 +1,13 @@
 // What bounds FP8 weights at a few rows per expert on this core: the time of one 512-bit
-// instruction (vdpbf16ps, vfmadd231ps, vpermi2b, a zeroing idiom; twelve independent chains, so
-// throughput, and one chain, so latency), the GF/s ceiling that vdpbf16ps alone sets (one per 32
-// weights and row, FP8 and BF16 weights alike), and the FP8 and BF16 dot kernels (forward of
-// experts of 1-6 rows) on weights that stay in L2, one thread, as a fraction of that ceiling.
+// instruction (vdpbf16ps, vfmadd231ps, vpermi2b; twelve independent chains, so throughput, and
+// one chain, so latency), the GF/s ceiling that vdpbf16ps alone sets (one per 32 weights and row,
+// FP8 and BF16 weights alike), and the FP8 and BF16 dot kernels (forward of experts of 1-6 rows)
+// on weights that stay in L2, one thread, as a fraction of that ceiling.
 //
 //   build/bench/fp8_dot_ceiling_bench [depth rows_of_weights reps]   (default: 2048 64 400)
 //
 // Needs AVX512-BF16 and AVX512-VBMI (the FP8 pair kernels' set); elsewhere it says so and exits.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "best_seconds.hpp"
 #include "kernels/isa.hpp"
 #include "kernels/micro_kernels.hpp"
 
@@ -27,18 +27,6 @@ namespace {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CEILING_TARGET __attribute__((target("avx512bf16,avx512vbmi,avx512bw,avx512f"), noinline))
-
-template <class F>
-double best_seconds(int reps, const F& f) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t = std::chrono::steady_clock::now();
-    f();
-    best =
-        std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
-  }
-  return best;
-}
 
 enum class Op { Dot, Fma, Permute };
 

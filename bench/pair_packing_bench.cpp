@@ -5,12 +5,12 @@
 //
 //   build/bench/pair_packing_bench [out in reps]     (default: a 2048 x 768 BF16 expert, 5)
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "best_seconds.hpp"
 #include "kernels/micro_kernels.hpp"
 #include "kernels/packing.hpp"
 
@@ -49,18 +49,6 @@ void first_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t 
       bp[j / kOuterCols * dwords + r * kOuterCols + j % kOuterCols] = even[j] | high;
     }
   }
-}
-
-template <class F>
-double best_seconds(int reps, const F& f) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t = std::chrono::steady_clock::now();
-    f();
-    best =
-        std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
-  }
-  return best;
 }
 
 }  // namespace

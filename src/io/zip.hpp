@@ -134,6 +134,8 @@ class ZipWriter {
   };
 
   void put(std::span<const std::byte> bytes);
+  // Throws InvalidArgument unless a record is open with room for n more bytes.
+  void check_room(size_t n) const;
 
   FileSink& sink_;
   Options options_;

@@ -116,29 +116,26 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size) {
   open_crc_partial_ = false;
 }
 
-void ZipWriter::write(std::span<const std::byte> bytes) {
+void ZipWriter::check_room(size_t n) const {
   if (!open_)
     throw Error(ErrorCode::InvalidArgument, options_.context + ": write with no open record");
   const Written& w = written_.back();
-  if (bytes.size() > w.size - open_written_) {
+  if (n > w.size - open_written_) {
     throw Error(ErrorCode::InvalidArgument, options_.context + ": record " + quote(w.name) +
                                                 " declared " + std::to_string(w.size) +
                                                 " bytes, got more");
   }
+}
+
+void ZipWriter::write(std::span<const std::byte> bytes) {
+  check_room(bytes.size());
   open_crc_ = crc32(open_crc_, bytes);
   put(bytes);
   open_written_ += bytes.size();
 }
 
 void ZipWriter::write_without_crc(std::span<const std::byte> bytes) {
-  if (!open_)
-    throw Error(ErrorCode::InvalidArgument, options_.context + ": write with no open record");
-  const Written& w = written_.back();
-  if (bytes.size() > w.size - open_written_) {
-    throw Error(ErrorCode::InvalidArgument, options_.context + ": record " + quote(w.name) +
-                                                " declared " + std::to_string(w.size) +
-                                                " bytes, got more");
-  }
+  check_room(bytes.size());
   open_crc_partial_ = true;
   put(bytes);
   open_written_ += bytes.size();
