@@ -44,7 +44,7 @@ STRUCTURES = {
 }
 # Families whose experts are stacked on the Hub already: GroupLin's rows for them are written by
 # hand (their transformers entries are renames of stacked tensors, or absent).
-BY_HAND = {"aria_text", "granitemoe", "granitemoehybrid", "granitemoeshared", "gpt_oss", "llama4",
+BY_HAND = {"aria_text", "ergo", "granitemoe", "granitemoehybrid", "granitemoeshared", "gpt_oss", "llama4",
            "llama4_text", "dbrx", "gemma4_text", "granitemoe_swa", "hy_v4", "inkling_text", "jetmoe",
            "lara_mini", "minimax_m3_vl_text", "mistral4", "muse_spark_text",
            "openai_privacy_filter", "qwen3_vl_moe_text", "zaya"}
@@ -64,7 +64,14 @@ def literal(pattern, anchor_ok=False):
 
 def as_join(x, ops, src, tgt):
     """GroupLin's join ({"whole", "parts"}) for a Concatenate or Split along dim 0 of literal
-    names, else None."""
+    names, or ({"whole", "parts", "transposed"}) for a Transpose(0, 1) of one literal name, else
+    None."""
+    if ops == ["Transpose"] and len(src) == len(tgt) == 1:
+        op = x.operations[0]
+        names = [literal(tgt[0]), literal(src[0])]
+        if {getattr(op, "dim0", None), getattr(op, "dim1", None)} != {0, 1} or None in names:
+            return None
+        return {"whole": names[0], "parts": names[1:], "transposed": True}
     if ops not in (["Concatenate"], ["Split"]) or getattr(x.operations[0], "dim", None) != 0:
         return None
     one, many = (tgt, src) if len(tgt) == 1 else (src, tgt)
@@ -106,7 +113,9 @@ def transformers_table():
                     not_applied.append(f"rename {src[0]} -> {tgt[0]} (a regular expression)")
             else:
                 kind = type(x).__name__ if type(x) is not WeightConverter else "+".join(ops)
-                other = "" if "expert" in str(src) + str(tgt) else "; not experts"
+                # A shared expert is a dense MLP beside the experts, not one of them.
+                other = "" if re.search(r"(?<!shared_)expert", str(src) + str(tgt)) else \
+                    "; not experts"
                 join = as_join(x, ops, src, tgt)
                 if other and join:
                     joins.append(join)

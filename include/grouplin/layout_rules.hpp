@@ -88,10 +88,13 @@ struct StackedTensorRule {
 // Tensors that are not experts which a family's two forms store differently (transformers'
 // Concatenate(dim=0) and Split(dim=0) of attention and convolution weights): `parts`, each a piece
 // of a key, in one form are `whole` in the other, concatenated along their first dim in this
-// order. convert leaves both as they are; verify compares the whole with its parts' concatenation.
+// order; or, `transposed`, one part that is the whole's transpose (transformers' Transpose(0, 1)
+// of a rank-2 router or shared expert stored [in, out]). convert leaves both as they are; verify
+// compares the whole with its parts' concatenation (or its part's transpose).
 struct JoinedTensors {
   std::string whole;               // "conv1d.weight"
   std::vector<std::string> parts;  // {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"}
+  bool transposed = false;         // one part, [in, out] where the whole is [out, in]
 };
 
 // What the per-expert names of a rule set are.

@@ -109,13 +109,21 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
 }
 
 // Planned tensors of one checkpoint read one after the other: their concatenation along the
-// first dim (one tensor, or the parts of a join).
+// first dim (one tensor, or the parts of a join); or, `transposed`, one rank-2 tensor read as its
+// transpose (a transposed join's part: a router or shared expert, read whole into memory).
 class JoinedReader {
  public:
-  JoinedReader(const detail::CheckpointSource& src, const std::vector<const PlannedTensor*>& parts)
-      : src_(src), parts_(parts) {}
+  JoinedReader(const detail::CheckpointSource& src, const std::vector<const PlannedTensor*>& parts,
+               bool transposed = false)
+      : src_(src), parts_(parts), transposed_(transposed) {}
 
   void read(std::span<std::byte> dst) {
+    if (transposed_) {
+      if (turned_.empty()) turn();
+      std::memcpy(dst.data(), turned_.data() + turned_at_, dst.size());
+      turned_at_ += dst.size();
+      return;
+    }
     while (!dst.empty()) {
       if (!reader_ || reader_->left() == 0) {
         reader_ = std::make_unique<detail::PlannedReader>(src_, *parts_.at(next_++));
@@ -128,19 +136,35 @@ class JoinedReader {
   }
 
  private:
+  // The one part [rows, cols] read whole, then laid out as [cols, rows].
+  void turn() {
+    const PlannedTensor& t = *parts_.at(0);
+    const size_t esize = dtype_size(t.dtype);
+    const auto rows = static_cast<size_t>(t.shape.at(0)), cols = static_cast<size_t>(t.shape.at(1));
+    std::vector<std::byte> stored(t.nbytes());
+    detail::PlannedReader(src_, t).read(stored);
+    turned_.resize(stored.size());
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < cols; ++c) {
+        std::memcpy(turned_.data() + (c * rows + r) * esize, stored.data() + (r * cols + c) * esize,
+                    esize);
+      }
+    }
+  }
+
   const detail::CheckpointSource& src_;
   const std::vector<const PlannedTensor*>& parts_;
+  const bool transposed_;
   size_t next_ = 0;
   std::unique_ptr<detail::PlannedReader> reader_;
+  std::vector<std::byte> turned_;
+  size_t turned_at_ = 0;
 };
 
-// Compares the bytes of A's tensors `ta` and B's `tb` (each one tensor or a join's parts), of one
-// dtype and `shape` all told; returns "" when equal, else the description of the difference.
-std::string compare_values(const Canonical& a, const std::vector<const PlannedTensor*>& ta,
-                           const Canonical& b, const std::vector<const PlannedTensor*>& tb,
-                           DType dtype, const Shape& shape, std::vector<std::byte>& buf_a,
-                           std::vector<std::byte>& buf_b) {
-  JoinedReader ra(*a.src, ta), rb(*b.src, tb);
+// Compares the bytes A's and B's readers give, of one dtype and `shape` all told; returns "" when
+// equal, else the description of the difference.
+std::string compare_values(JoinedReader& ra, JoinedReader& rb, DType dtype, const Shape& shape,
+                           std::vector<std::byte>& buf_a, std::vector<std::byte>& buf_b) {
   const size_t esize = dtype_size(dtype);
   const uint64_t n = shape_numel(shape) * esize;
   uint64_t differing = 0;
@@ -170,6 +194,7 @@ struct Join {
   bool whole_in_a = true;
   const PlannedTensor* whole = nullptr;
   std::vector<const PlannedTensor*> parts;
+  bool transposed = false;  // one part, the whole's transpose
 };
 
 // The joins verify follows: those of the given rule sets, else of each file's model family.
@@ -187,12 +212,13 @@ std::vector<JoinedTensors> joins_of(const CompareOptions& options, const Canonic
 }
 
 // The tensors of `other` that `whole`, a tensor of `own` that `other` lacks, is made of under one
-// of `joins`: each part's name is the whole's with the join's whole text replaced by the part's,
-// present in `other` only and not yet taken. Empty when there are none.
+// of `joins` (that join in `*found`): each part's name is the whole's with the join's whole text
+// replaced by the part's, present in `other` only and not yet taken. Empty when there are none.
 std::vector<const PlannedTensor*> parts_of(const PlannedTensor& whole,
                                            const std::vector<JoinedTensors>& joins,
                                            const Canonical& own, const Canonical& other,
-                                           const std::unordered_set<std::string>& taken) {
+                                           const std::unordered_set<std::string>& taken,
+                                           const JoinedTensors** found) {
   const std::string& key = whole.name;
   for (const JoinedTensors& j : joins) {
     for (size_t at = key.find(j.whole); at != std::string::npos; at = key.find(j.whole, at + 1)) {
@@ -203,7 +229,10 @@ std::vector<const PlannedTensor*> parts_of(const PlannedTensor& whole,
         if (it == other.index.end() || own.index.count(name) != 0 || taken.count(name) != 0) break;
         parts.push_back(&other.plan.tensors[it->second]);
       }
-      if (parts.size() == j.parts.size()) return parts;
+      if (parts.size() == j.parts.size()) {
+        *found = &j;
+        return parts;
+      }
     }
   }
   return {};
@@ -223,19 +252,28 @@ std::vector<Join> find_joins(const Canonical& a, const Canonical& b,
     std::unordered_set<std::string>& taken_other = whole_in_a ? taken_b : taken_a;
     for (const PlannedTensor& t : own.plan.tensors) {
       if (other.index.count(t.name) != 0 || taken_own.count(t.name) != 0) continue;
-      std::vector<const PlannedTensor*> parts = parts_of(t, joins, own, other, taken_other);
+      const JoinedTensors* join = nullptr;
+      std::vector<const PlannedTensor*> parts = parts_of(t, joins, own, other, taken_other, &join);
       if (parts.empty()) continue;
       taken_own.insert(t.name);
       for (const PlannedTensor* p : parts) taken_other.insert(p->name);
-      out.push_back({whole_in_a, &t, std::move(parts)});
+      out.push_back({whole_in_a, &t, std::move(parts), join->transposed});
     }
   }
   return out;
 }
 
-// "" when a join's parts make its whole along the first dim, in its dtype; otherwise the
-// difference ("shape [96, 32] F32 vs [32, 32] + [32, 32] + [16, 32] F32 + F32 + F32").
+// "" when a join's parts make its whole along the first dim (a transposed join's part, turned),
+// in its dtype; otherwise the difference ("shape [96, 32] F32 vs [32, 32] + [32, 32] + [16, 32]
+// F32 + F32 + F32"; "shape [4, 32] F32 vs [4, 32] F32 transposed").
 std::string join_mismatch(const Join& j) {
+  if (j.transposed) {
+    const PlannedTensor& p = *j.parts.at(0);
+    const Shape& w = j.whole->shape;
+    if (w.size() == 2 && p.dtype == j.whole->dtype && p.shape == Shape{w[1], w[0]}) return "";
+    return "shape " + shape_to_string(w) + " " + std::string(dtype_name(j.whole->dtype)) + " vs " +
+           shape_to_string(p.shape) + " " + std::string(dtype_name(p.dtype)) + " transposed";
+  }
   Shape joined = j.whole->shape;
   int64_t rows = 0;
   bool fits = !joined.empty();
@@ -296,23 +334,26 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
              "shape " + shape_to_string(ta.shape) + " vs " + shape_to_string(tb.shape));
       continue;
     }
-    std::string what = compare_values(a, {&ta}, b, {&tb}, ta.dtype, ta.shape, buf_a, buf_b);
+    const std::vector<const PlannedTensor*> pa = {&ta}, pb = {&tb};
+    JoinedReader ra(*a.src, pa), rb(*b.src, pb);
+    std::string what = compare_values(ra, rb, ta.dtype, ta.shape, buf_a, buf_b);
     r.bytes_compared += ta.nbytes();
     if (!what.empty()) differ(quote(ta.name), what);
   }
   for (const Join& j : joins) {
     std::string parts;
     for (const PlannedTensor* p : j.parts) parts += (parts.empty() ? "" : ", ") + quote(p->name);
-    const std::string label = quote(j.whole->name) + " (" + (j.whole_in_a ? "A" : "B") +
-                              "; joined from " + parts + " of " + (j.whole_in_a ? "B" : "A") + ")";
+    const std::string label = quote(j.whole->name) + " (" + (j.whole_in_a ? "A" : "B") + "; " +
+                              (j.transposed ? "transposed" : "joined") + " from " + parts + " of " +
+                              (j.whole_in_a ? "B" : "A") + ")";
     ++r.tensors_compared;
     std::string what = join_mismatch(j);
     if (what.empty()) {
       const std::vector<const PlannedTensor*> whole = {j.whole};
-      what =
-          j.whole_in_a
-              ? compare_values(a, whole, b, j.parts, j.whole->dtype, j.whole->shape, buf_a, buf_b)
-              : compare_values(a, j.parts, b, whole, j.whole->dtype, j.whole->shape, buf_a, buf_b);
+      JoinedReader rw(*(j.whole_in_a ? a : b).src, whole);
+      JoinedReader rp(*(j.whole_in_a ? b : a).src, j.parts, j.transposed);
+      what = j.whole_in_a ? compare_values(rw, rp, j.whole->dtype, j.whole->shape, buf_a, buf_b)
+                          : compare_values(rp, rw, j.whole->dtype, j.whole->shape, buf_a, buf_b);
       r.bytes_compared += j.whole->nbytes();
     }
     if (!what.empty()) differ(label, what);

@@ -9,11 +9,17 @@
 namespace grouplin {
 namespace {
 
-constexpr const char* kStructures[] = {"te",      "hf",
-                                       "hf-w1w3", "hf-mixtral",
-                                       "hf-fc",   "hf-up-down",
-                                       "stacked", "stacked-transposed",
-                                       "gpt-oss", "stacked-linear",
+constexpr const char* kStructures[] = {"te",
+                                       "hf",
+                                       "hf-w1w3",
+                                       "hf-mixtral",
+                                       "hf-fc",
+                                       "hf-up-down",
+                                       "stacked",
+                                       "stacked-transposed",
+                                       "stacked-transposed-up-down",
+                                       "gpt-oss",
+                                       "stacked-linear",
                                        "folded"};
 
 std::string per_expert_name(std::string_view proj, std::string_view leaf) {
@@ -77,20 +83,22 @@ StackedTensorRule te_named_scales(const std::string& weight) {
 }
 
 // Experts stacked on the Hub already (gate_up_proj [N, 2I, H], down_proj [N, H, I], or both
-// transposed): their only per-expert names are TransformerEngine's, one GroupedLinear per
-// projection (P.gate_up_proj.weight{i} [2I, H]). Stored in the per-expert orientation, their FP8
-// scales follow them (a transposed weight's scales have no agreed orientation: they pass through).
-LayoutRules stacked_only(std::string name, bool transposed) {
+// transposed; without a gate, up_proj [N, I, H]): their only per-expert names are
+// TransformerEngine's, one GroupedLinear per projection (P.gate_up_proj.weight{i} [2I, H]). Stored
+// in the per-expert orientation, their FP8 scales follow them (a transposed weight's scales have
+// no agreed orientation: they pass through).
+LayoutRules stacked_only(std::string name, bool transposed, bool gated = true) {
   LayoutRules r;
   r.name = std::move(name);
   r.per_expert = PerExpertForm::TeOnly;
   r.prefix_ends_with = "experts.";
-  StackedTensorRule gate_up = te_named("gate_up_proj", {"gate_up", "hidden"});
+  const std::string first = gated ? "gate_up_proj" : "up_proj";
+  StackedTensorRule gate_up = te_named(first, {gated ? "gate_up" : "inter", "hidden"});
   StackedTensorRule down = te_named("down_proj", {"hidden", "inter"});
   gate_up.transposed = down.transposed = transposed;
   r.tensors = {gate_up, down};
   if (!transposed) {
-    r.tensors.push_back(te_named_scales("gate_up_proj"));
+    r.tensors.push_back(te_named_scales(first));
     r.tensors.push_back(te_named_scales("down_proj"));
   }
   return r;
@@ -171,6 +179,9 @@ LayoutRules structure(std::string_view name) {
   }
   if (name == "stacked") return stacked_only("stacked", false);
   if (name == "stacked-transposed") return stacked_only("stacked-transposed", true);
+  if (name == "stacked-transposed-up-down") {
+    return stacked_only("stacked-transposed-up-down", true, false);
+  }
   if (name == "gpt-oss") return gpt_oss();
   if (name == "stacked-linear") return stacked_linear();
   if (name == "folded") return folded();

@@ -190,12 +190,13 @@ CompiledRules compile_rules(const LayoutRules& r, const std::string& source) {
     }
   }
   for (const JoinedTensors& jt : r.joins) {
-    bool ok = !jt.whole.empty() && jt.parts.size() >= 2;
+    bool ok = !jt.whole.empty() && jt.parts.size() >= (jt.transposed ? 1u : 2u) &&
+              (!jt.transposed || jt.parts.size() == 1);
     for (const std::string& part : jt.parts) ok = ok && !part.empty() && part != jt.whole;
     if (!ok) {
       invalid(source, "join " + quote(jt.whole) +
-                          ": a join needs a non-empty whole and at least two non-empty parts, "
-                          "each other than the whole");
+                          ": a join needs a non-empty whole and at least two non-empty parts "
+                          "(a transposed one exactly one), each other than the whole");
     }
   }
   bool any_folded = false;
@@ -291,9 +292,10 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
       const nlohmann::json& e = j["joins"][i];
       const std::string where = "joins[" + std::to_string(i) + "]";
       if (!e.is_object()) invalid(source, where + " is not an object");
-      only_fields(e, {"whole", "parts"}, source, where);
-      r.joins.push_back(
-          {string_field(e, "whole", source, where), string_list(e, "parts", source, where)});
+      only_fields(e, {"whole", "parts", "transposed"}, source, where);
+      r.joins.push_back({string_field(e, "whole", source, where),
+                         string_list(e, "parts", source, where),
+                         bool_field(e, "transposed", source, where)});
     }
   }
   if (!j.contains("tensors") || !j["tensors"].is_array()) {
@@ -324,7 +326,9 @@ std::string rules_to_json(const LayoutRules& r) {
   if (!r.joins.empty()) {
     j["joins"] = nlohmann::ordered_json::array();
     for (const JoinedTensors& jt : r.joins) {
-      j["joins"].push_back({{"whole", jt.whole}, {"parts", jt.parts}});
+      nlohmann::ordered_json e = {{"whole", jt.whole}, {"parts", jt.parts}};
+      if (jt.transposed) e["transposed"] = true;
+      j["joins"].push_back(e);
     }
   }
   j["tensors"] = nlohmann::ordered_json::array();

@@ -2,7 +2,7 @@
 // (transformers/conversion_mapping.py), as GroupLin applies them: each model type's structure
 // (the built-in set of src/layout/builtin_rules.cpp its experts follow) and the renames that go
 // with stacking them. Data only; bench/hf_rules_table.py checks it against an installed
-// transformers and prints the rows that changed. Checked against transformers 5.24.0.
+// transformers and prints the rows that changed. Checked against transformers 5.25.0.
 //
 // A renaming of transformers that is a regular expression, and a conversion of tensors that are
 // not experts, is not applied: `not_applied` says what, and `grouplin rules` shows it. A family
@@ -139,6 +139,37 @@ const std::vector<ModelFamily>& model_families() {
        "(blocks\\.\\d+\\.mlp)\\.fc1\\. -> \\1.gate_proj. (a regular expression); rename "
        "(blocks\\.\\d+\\.mlp)\\.fc2\\. -> \\1.down_proj. (a regular expression); rename "
        "(blocks\\.\\d+\\.mlp)\\.fc3\\. -> \\1.up_proj. (a regular expression)"},
+      {"ergo",
+       "stacked-transposed-up-down",
+       {{"^tok_embeddings.", "model.embed_tokens."},
+        {"^norm.", "model.norm."},
+        {"^output.", "lm_head."},
+        {"^layers.", "model.layers."},
+        {".attention_norm.", ".input_layernorm."},
+        {".post_attention_norm.", ".post_attention_layernorm."},
+        {".ffn_norm.", ".pre_feedforward_layernorm."},
+        {".post_ffn_norm.", ".post_feedforward_layernorm."},
+        {".post_attention_residual.scale", ".attention_residual_gate.weight"},
+        {".post_ffn_residual.scale", ".feedforward_residual_gate.weight"},
+        {".attention.wqkv.", ".self_attn.qkv_proj."},
+        {".attention.wo.", ".self_attn.o_proj."},
+        {".attention.q_norm.", ".self_attn.q_norm."},
+        {".attention.k_norm.", ".self_attn.k_norm."},
+        {".feed_forward.up.", ".mlp.up_proj."},
+        {".feed_forward.down.", ".mlp.down_proj."},
+        {".feed_forward.router_bias", ".mlp.gate.e_score_correction_bias"},
+        {".feed_forward.up_proj", ".mlp.experts.up_proj"},
+        {".feed_forward.down_proj", ".mlp.experts.down_proj"},
+        {".feed_forward.expert_output_norm.scale", ".mlp.experts.post_expert_norm.weight"},
+        {".feed_forward.shared_expert_output_norm.scale", ".mlp.shared_experts.norm.weight"}},
+       "feed_forward.gate_kernel -> mlp.gate.linear.weight (Transpose; not experts); "
+       "feed_forward.shared_up_proj -> mlp.shared_experts.up_proj.weight (Transpose; not "
+       "experts); feed_forward.shared_down_proj -> mlp.shared_experts.down_proj.weight "
+       "(Transpose; not experts)",
+       {{"mlp.gate.linear.weight", {"feed_forward.gate_kernel"}, true},
+        {"mlp.shared_experts.up_proj.weight", {"feed_forward.shared_up_proj"}, true},
+        {"mlp.shared_experts.down_proj.weight", {"feed_forward.shared_down_proj"}, true}},
+       ""},  // its Hub keys have no "model." prefix: renames see whole keys
       {"ernie4_5_moe",
        "hf",
        {{"mlp.moe_statics.e_score_correction_bias",
@@ -244,6 +275,12 @@ const std::vector<ModelFamily>& model_families() {
         {"post_attn_norm", "post_self_attn_layernorm"},
         {"post_ffn_norm", "post_mlp_layernorm"}},
        ""},
+      {"kolibri1_1",
+       "hf",
+       {{"moe.router.expert_bias", "mlp.gate.e_score_correction_bias"},
+        {"post_attn_norm", "post_self_attn_layernorm"},
+        {"post_ffn_norm", "post_mlp_layernorm"}},
+       ""},
       {"laguna",
        "hf",
        {{"mlp.experts.e_score_correction_bias", "mlp.gate.e_score_correction_bias"},
@@ -263,6 +300,7 @@ const std::vector<ModelFamily>& model_families() {
       {"longcat_flash", "hf", {}, ""},
       {"mellum", "hf", {}, ""},
       {"mimo_v2_flash", "hf", {{"self_attn.attention_sink_bias", "self_attn.sinks"}}, ""},
+      {"minicpm5_moe", "hf", {{"self_attn.q_proj", "self_attn.q_gate_proj"}}, ""},
       {"minimax", "hf-mixtral", {}, ""},
       {"minimax_m2",
        "hf-mixtral",
@@ -317,8 +355,19 @@ const std::vector<ModelFamily>& model_families() {
       {"nemotron_h", "hf-up-down", {{"backbone.", "model."}}, ""},
       {"olmoe", "hf", {}, ""},
       {"openai_privacy_filter", "gpt-oss", {}, ""},
+      {"param2moe",
+       "hf",
+       {{"^model.word_embeddings.", "model.embed_tokens."},
+        {".attention.", ".self_attn."},
+        {".self_attn.dense.", ".self_attn.o_proj."},
+        {".self_attn.query_layernorm.", ".self_attn.q_norm."},
+        {".self_attn.key_layernorm.", ".self_attn.k_norm."},
+        {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}},
+       "query_key_value -> q_proj, k_proj, v_proj (Split; not experts)",
+       {{"query_key_value", {"q_proj", "k_proj", "v_proj"}}}},
       {"phimoe", "hf-mixtral", {{".gate.weight", ".router.weight"}}, ""},
       {"pi0", "", {}, "its renames are regular expressions"},
+      {"pi05", "", {}, "its renames are regular expressions (as pi0's)"},
       {"qwen2_moe", "hf", {}, ""},
       {"qwen3_5_moe_text",
        "hf",

@@ -1,11 +1,13 @@
 // verify under a family's joins: tensors that are not experts which one form stores whole and the
-// other in parts along their first dim (sarvam_moe's query_key_value vs q/k/v_proj).
+// other in parts along their first dim (sarvam_moe's query_key_value vs q/k/v_proj), or
+// transposed (ergo's router and shared expert).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "grouplin/compare.hpp"
+#include "grouplin/error.hpp"
 #include "grouplin/layout_rules.hpp"
 #include "grouplin/safetensors.hpp"
 #include "io/moe_checkpoint.hpp"
@@ -133,6 +135,112 @@ TEST_F(CompareJoinsTest, JoinsComeFromTheRules) {
   own.rules = {parse_rules(file.dump(), "own rules")};
   const CompareReport r = compare_checkpoints(path("v5.safetensors"), path("hub.safetensors"), own);
   EXPECT_TRUE(r.same) << (r.differences.empty() ? "" : r.differences[0]);
+}
+
+// Ergo stores its router and shared expert [in, out] on the Hub, transformers v5 [out, in]
+// (Transpose(0, 1)): verify compares each with its transpose.
+class CompareTransposedJoinsTest : public test_files::TempDirTest {
+ protected:
+  CompareTransposedJoinsTest() : TempDirTest("grouplin_compare_transposed_joins") {}
+
+  static Tensor transposed(const Tensor& t) {
+    const int64_t rows = t.shape()[0], cols = t.shape()[1];
+    Tensor out = Tensor::zeros({cols, rows}, t.dtype());
+    const float* src = t.data_as<float>();
+    float* dst = out.mutable_data_as<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+    }
+    return out;
+  }
+
+  // One Ergo MoE layer in both forms, with `edit` applied to v5's.
+  template <typename Edit>
+  void write_forms(Edit edit) {
+    const Tensor up = pattern_tensor({3, 6, 4}, DType::F32, 1),
+                 down = pattern_tensor({3, 4, 6}, DType::F32, 2);
+    const Tensor router = pattern_tensor({6, 3}, DType::F32, 3),
+                 shared_up = pattern_tensor({6, 5}, DType::F32, 4);
+    StateDict hub, v5;
+    hub.insert("layers.1.feed_forward.up_proj", up);
+    hub.insert("layers.1.feed_forward.down_proj", down);
+    hub.insert("layers.1.feed_forward.gate_kernel", router);
+    hub.insert("layers.1.feed_forward.shared_up_proj", shared_up);
+    v5.insert("model.layers.1.mlp.experts.up_proj", up);
+    v5.insert("model.layers.1.mlp.experts.down_proj", down);
+    v5.insert("model.layers.1.mlp.gate.linear.weight", transposed(router));
+    v5.insert("model.layers.1.mlp.shared_experts.up_proj.weight", transposed(shared_up));
+    edit(v5);
+    save_safetensors(path("hub.safetensors"), hub);
+    save_safetensors(path("v5.safetensors"), v5);
+  }
+
+  static CompareOptions ergo() {
+    CompareOptions o;
+    o.model_type = "ergo";
+    return o;
+  }
+};
+
+TEST_F(CompareTransposedJoinsTest, EachComparesWithItsTransposeBothWays) {
+  write_forms([](StateDict&) {});
+  for (const bool hub_first : {true, false}) {
+    const std::string a = path(hub_first ? "hub.safetensors" : "v5.safetensors");
+    const std::string b = path(hub_first ? "v5.safetensors" : "hub.safetensors");
+    const CompareReport r = compare_checkpoints(a, b, ergo());
+    EXPECT_TRUE(r.same) << (r.differences.empty() ? "" : r.differences[0]);
+    EXPECT_EQ(r.tensors_compared, 4u);
+    const CompareReport self =
+        compare_checkpoints(path("hub.safetensors"), path("hub.safetensors"), ergo());
+    EXPECT_EQ(r.bytes_compared, self.bytes_compared);
+  }
+}
+
+TEST_F(CompareTransposedJoinsTest, ADifferenceIsFoundAtItsPlaceInTheWhole) {
+  write_forms([](StateDict& v5) {
+    Tensor w = v5.at("model.layers.1.mlp.gate.linear.weight").clone();  // [3, 6]
+    w.mutable_data_as<float>()[1 * 6 + 4] = 42.0f;
+    v5.set("model.layers.1.mlp.gate.linear.weight", w);
+  });
+  const CompareReport r =
+      compare_checkpoints(path("hub.safetensors"), path("v5.safetensors"), ergo());
+  ASSERT_EQ(r.differences.size(), 1u);
+  EXPECT_EQ(r.differences[0].rfind("\"model.layers.1.mlp.gate.linear.weight\" (B; transposed "
+                                   "from \"model.layers.1.feed_forward.gate_kernel\" of A)",
+                                   0),
+            0u)
+      << r.differences[0];
+  EXPECT_NE(r.differences[0].find("1 of 18 elements differ, first at [1, 4]: "), std::string::npos)
+      << r.differences[0];
+}
+
+TEST_F(CompareTransposedJoinsTest, APartNotTransposedIsADifference) {
+  write_forms([](StateDict& v5) {  // stored as the Hub stores it: [6, 5], not [5, 6]
+    v5.set("model.layers.1.mlp.shared_experts.up_proj.weight",
+           pattern_tensor({6, 5}, DType::F32, 4));
+  });
+  const CompareReport r =
+      compare_checkpoints(path("hub.safetensors"), path("v5.safetensors"), ergo());
+  ASSERT_EQ(r.differences.size(), 1u);
+  EXPECT_NE(r.differences[0].find("shape [6, 5] F32 vs [6, 5] F32 transposed"), std::string::npos)
+      << r.differences[0];
+}
+
+TEST(RuleFileJoins, ATransposedJoinHasOnePartAndSurvivesTheJsonForm) {
+  nlohmann::json file = nlohmann::json::parse(rules_to_json(builtin_rules("ergo")));
+  EXPECT_EQ(file["joins"][0]["transposed"], true);
+  const LayoutRules back = parse_rules(file.dump(), "ergo as a file");
+  ASSERT_EQ(back.joins.size(), 3u);
+  EXPECT_TRUE(back.joins[0].transposed);
+  file["joins"][0]["parts"].push_back("feed_forward.other");
+  try {
+    parse_rules(file.dump(), "two parts");
+    ADD_FAILURE() << "a transposed join of two parts was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidRules);
+    EXPECT_NE(std::string(e.what()).find("a transposed one exactly one"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

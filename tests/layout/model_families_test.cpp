@@ -304,6 +304,49 @@ TEST(ModelFamilies, GraniteHubAndV5FormsAreOneModel) {
   }
 }
 
+// Ergo's Hub form is stacked, without a gate, each expert stored [in, out] (up_proj [N, H, I],
+// down_proj [N, I, H]), under other names and without the "model." prefix: transformers v5 renames
+// every key. Its router is stored [H, N] too, a tensor that is not an expert: renamed only.
+TEST(ModelFamilies, ErgoHubFormIsStackedTransposedWithoutAGate) {
+  StateDict hub;
+  const Tensor up = pattern_tensor({3, 6, 4}, DType::F32, 1),
+               down = pattern_tensor({3, 4, 6}, DType::F32, 2);
+  const Tensor router = pattern_tensor({6, 3}, DType::F32, 3);
+  hub.insert("layers.1.feed_forward.up_proj", up);
+  hub.insert("layers.1.feed_forward.down_proj", down);
+  hub.insert("layers.1.feed_forward.gate_kernel", router);
+  hub.insert("layers.1.attention.wqkv.weight", pattern_tensor({12, 6}, DType::F32, 4));
+  hub.insert("tok_embeddings.weight", pattern_tensor({5, 6}, DType::F32, 5));
+  PlanOptions o;
+  o.model_type = "ergo";
+  const ConversionPlan single = plan_conversion(hub, ExpertLayout::Single, o);
+  ASSERT_EQ(single.modules.size(), 1u);
+  EXPECT_TRUE(single.modules[0].stacked_only);
+  EXPECT_EQ(single.modules[0].out_features, 4);  // up: I rows of H
+  EXPECT_EQ(single.modules[0].in_features, 6);
+  const auto got = by_name(single);
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_TRUE(same_bytes(got.at("model.layers.1.mlp.experts.up_proj"), up));
+  EXPECT_TRUE(same_bytes(got.at("model.layers.1.mlp.experts.down_proj"), down));
+  EXPECT_TRUE(same_bytes(got.at("model.layers.1.feed_forward.gate_kernel"), router));
+  EXPECT_TRUE(got.count("model.layers.1.self_attn.qkv_proj.weight"));
+  EXPECT_TRUE(got.count("model.embed_tokens.weight"));
+  EXPECT_EQ(error_of([&] { plan_conversion(hub, ExpertLayout::PerExpert, o); }).code(),
+            ErrorCode::NoPerExpertForm);
+
+  // TE's per-expert form turns each expert back to [out, in].
+  PlanOptions te;
+  te.rules = {builtin_rules("ergo"), builtin_rules("te")};
+  const auto per_expert = by_name(plan_conversion(hub, ExpertLayout::PerExpert, te));
+  const Tensor& w = per_expert.at("model.layers.1.mlp.experts.up_proj.weight2");
+  ASSERT_EQ(w.shape(), (Shape{4, 6}));
+  const float* src = reinterpret_cast<const float*>(up.data()) + 2 * 24;
+  const float* dst = reinterpret_cast<const float*>(w.data());
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 6; ++c) EXPECT_EQ(dst[r * 6 + c], src[c * 4 + r]) << r << "," << c;
+  }
+}
+
 // Regression: verify of a Hub-form and a v5-form save of one Ernie-4.5-MoE model reported the
 // router's correction bias "only in A/B": the family's rename was not applied.
 TEST(ModelFamilies, FamilyRenamesMakeHubAndV5FormsTheSame) {

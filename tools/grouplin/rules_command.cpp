@@ -16,7 +16,7 @@ namespace {
 
 // The transformers release whose conversion mapping model_families() was checked against
 // (bench/hf_rules_table.py).
-constexpr const char* kTransformersChecked = "5.24.0";
+constexpr const char* kTransformersChecked = "5.25.0";
 
 struct RulesConfig {
   std::string name;
@@ -31,7 +31,11 @@ nlohmann::ordered_json renames_json(const std::vector<std::pair<std::string, std
 
 nlohmann::ordered_json joins_json(const std::vector<JoinedTensors>& joins) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const JoinedTensors& j : joins) out.push_back({{"whole", j.whole}, {"parts", j.parts}});
+  for (const JoinedTensors& j : joins) {
+    nlohmann::ordered_json e = {{"whole", j.whole}, {"parts", j.parts}};
+    if (j.transposed) e["transposed"] = true;
+    out.push_back(e);
+  }
   return out;
 }
 
