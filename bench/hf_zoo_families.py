@@ -57,7 +57,7 @@ FAMILIES = {
         num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16,
         head_dim=16, qk_nope_head_dim=8, v_head_dim=8, qk_rope_head_dim=8)}),
     "aria_text": {},
-    "ergo": {},
+    "ergo": dict(first_dense_intermediate_size=40),
     # Mixtral pattern: w1/w3/w2 (under block_sparse_moe, renamed mlp)
     "mixtral": {},
     "minimax": dict(layer_types=["linear_attention", "full_attention"]),
