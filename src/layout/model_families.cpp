@@ -26,10 +26,26 @@ const std::vector<ModelFamily>& model_families() {
       {"hc_ffn_fn", "ffn_hc.fn"},
       {"hc_ffn_base", "ffn_hc.base"},
       {"hc_ffn_scale", "ffn_hc.scale"}};
+  // kolibri1's and kolibri1_1's.
+  static const Renames kKolibriRenames = {
+      {"moe.router.expert_bias", "mlp.gate.e_score_correction_bias"},
+      {"post_attn_norm", "post_self_attn_layernorm"},
+      {"post_ffn_norm", "post_mlp_layernorm"}};
+  // sarvam_moe's and param2moe's.
+  static const Renames kSarvamRenames = {
+      {"^model.word_embeddings.", "model.embed_tokens."},
+      {".attention.", ".self_attn."},
+      {".self_attn.dense.", ".self_attn.o_proj."},
+      {".self_attn.query_layernorm.", ".self_attn.q_norm."},
+      {".self_attn.key_layernorm.", ".self_attn.k_norm."},
+      {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}};
   static const Renames kGraniteMoeRenames = {
       {"block_sparse_moe.input_linear.weight", "block_sparse_moe.experts.gate_up_proj"},
       {"block_sparse_moe.output_linear.weight", "block_sparse_moe.experts.down_proj"},
       {"block_sparse_moe.router.layer.weight", "block_sparse_moe.router.weight"}};
+  // transformers' Split(dim=0) of sarvam_moe's (and param2moe's) fused attention projection.
+  static const std::vector<JoinedTensors> kQkvSplitJoins = {
+      {"query_key_value", {"q_proj", "k_proj", "v_proj"}}};
   // transformers' Concatenate(dim=0) of the linear attention's three convolutions.
   static const std::vector<JoinedTensors> kSelfAttnConv1dJoins = {
       {"self_attn.conv1d.weight",
@@ -269,18 +285,8 @@ const std::vector<ModelFamily>& model_families() {
        "self_attn.q_conv1d.weight, self_attn.k_conv1d.weight, self_attn.v_conv1d.weight -> "
        "self_attn.conv1d.weight (Concatenate; not experts)",
        kSelfAttnConv1dJoins},
-      {"kolibri1",
-       "hf",
-       {{"moe.router.expert_bias", "mlp.gate.e_score_correction_bias"},
-        {"post_attn_norm", "post_self_attn_layernorm"},
-        {"post_ffn_norm", "post_mlp_layernorm"}},
-       ""},
-      {"kolibri1_1",
-       "hf",
-       {{"moe.router.expert_bias", "mlp.gate.e_score_correction_bias"},
-        {"post_attn_norm", "post_self_attn_layernorm"},
-        {"post_ffn_norm", "post_mlp_layernorm"}},
-       ""},
+      {"kolibri1", "hf", kKolibriRenames, ""},
+      {"kolibri1_1", "hf", kKolibriRenames, ""},
       {"laguna",
        "hf",
        {{"mlp.experts.e_score_correction_bias", "mlp.gate.e_score_correction_bias"},
@@ -355,16 +361,8 @@ const std::vector<ModelFamily>& model_families() {
       {"nemotron_h", "hf-up-down", {{"backbone.", "model."}}, ""},
       {"olmoe", "hf", {}, ""},
       {"openai_privacy_filter", "gpt-oss", {}, ""},
-      {"param2moe",
-       "hf",
-       {{"^model.word_embeddings.", "model.embed_tokens."},
-        {".attention.", ".self_attn."},
-        {".self_attn.dense.", ".self_attn.o_proj."},
-        {".self_attn.query_layernorm.", ".self_attn.q_norm."},
-        {".self_attn.key_layernorm.", ".self_attn.k_norm."},
-        {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}},
-       "query_key_value -> q_proj, k_proj, v_proj (Split; not experts)",
-       {{"query_key_value", {"q_proj", "k_proj", "v_proj"}}}},
+      {"param2moe", "hf", kSarvamRenames,
+       "query_key_value -> q_proj, k_proj, v_proj (Split; not experts)", kQkvSplitJoins},
       {"phimoe", "hf-mixtral", {{".gate.weight", ".router.weight"}}, ""},
       {"pi0", "", {}, "its renames are regular expressions"},
       {"pi05", "", {}, "its renames are regular expressions (as pi0's)"},
@@ -390,16 +388,8 @@ const std::vector<ModelFamily>& model_families() {
        "^model.language_model.(.+) -> model.\\1 (PrefixChange; not experts); "
        "ngram_embedding.shard_*.weight -> ngram_embedding.weight (Concatenate; not experts)"},
       {"sarvam_mla", "hf", {}, ""},
-      {"sarvam_moe",
-       "hf",
-       {{"^model.word_embeddings.", "model.embed_tokens."},
-        {".attention.", ".self_attn."},
-        {".self_attn.dense.", ".self_attn.o_proj."},
-        {".self_attn.query_layernorm.", ".self_attn.q_norm."},
-        {".self_attn.key_layernorm.", ".self_attn.k_norm."},
-        {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}},
-       "query_key_value -> q_proj, k_proj, v_proj (Split; not experts)",
-       {{"query_key_value", {"q_proj", "k_proj", "v_proj"}}}},
+      {"sarvam_moe", "hf", kSarvamRenames,
+       "query_key_value -> q_proj, k_proj, v_proj (Split; not experts)", kQkvSplitJoins},
       {"solar_open", "hf", {}, ""},
       {"step3p7", "", {}, "its renames are regular expressions"},
       {"zaya", "stacked", {}, ""},
