@@ -190,8 +190,7 @@ CompiledRules compile_rules(const LayoutRules& r, const std::string& source) {
     }
   }
   for (const JoinedTensors& jt : r.joins) {
-    bool ok = !jt.whole.empty() && jt.parts.size() >= (jt.transposed ? 1u : 2u) &&
-              (!jt.transposed || jt.parts.size() == 1);
+    bool ok = !jt.whole.empty() && (jt.transposed ? jt.parts.size() == 1 : jt.parts.size() >= 2);
     for (const std::string& part : jt.parts) ok = ok && !part.empty() && part != jt.whole;
     if (!ok) {
       invalid(source, "join " + quote(jt.whole) +
