@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what GroupLin needs to build and test, and nothing that is already there.
 # Debian packages for the builds (with clang-format for the formatting check, the aarch64 cross
-# compiler and qemu-user for the cross build, Open MPI for expert parallelism); a project-local
-# Python environment (.venv) for the test peers (PyTorch from Debian, safetensors and ml_dtypes
-# from PyPI). Safe to run again: it checks first.
+# compiler and qemu-user for the cross build, Open MPI for expert parallelism, jq for the README
+# walk-through's test); a project-local Python environment (.venv) for the test peers (PyTorch
+# from Debian, safetensors and ml_dtypes from PyPI). Safe to run again: it checks first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,7 @@ debian_packages=(
   libsimde-dev
   libopenmpi-dev openmpi-bin
   python3-venv python3-dev python3-pytest python3-numpy python3-torch python3-packaging
-  gnuplot-nox
+  gnuplot-nox jq
 )
 
 missing=()

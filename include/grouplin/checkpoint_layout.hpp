@@ -21,9 +21,10 @@
 // P.{E}.down_proj.weight are the per-expert form of P.gate_up_proj and P.down_proj.
 // A stacked first tensor of the wrong rank is no module (a rank-2 P.weight is a linear layer),
 // nor one beside a stacked tensor of the wrong rank (a rank-3 P.weight whose P.bias has rank 1
-// is a convolution), nor, with detected rules, a stacked te P.weight without P._extra_state
-// beside it (conv1d [C, 1, K] of hybrid models). Everything else is an ordinary entry and passes
-// through, byte for byte.
+// is a convolution), nor, with detected rules, a stacked te P.weight alone without P._extra_state
+// or a declaration (PlanOptions::declared_modules) beside it (conv1d [C, 1, K] of hybrid models:
+// GroupedScan::unconfirmed). Everything else is an ordinary entry and passes through, byte for
+// byte.
 // The scan checks every candidate; the problems, each naming the module:
 //   missing indices, a tensor for some experts only, per-expert entries without the
 //   module's first tensor, a required tensor missing .................... PartialExpertSet
@@ -44,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,9 +92,21 @@ struct GroupedModule {
   DType bias_dtype = DType::F32;  // of the biases, when bias
   std::vector<std::string> keys;  // the module's entries in the dict, in dict order
   std::string rules;              // name of the rule set that found it: "te", "hf", ...
+  // Its rule set names GroupedLinear's own entries (LayoutRules::grouped_linear_names).
+  bool grouped_linear_names = false;
   // Its rule set has no per-expert names of its own (PerExpertForm::TeOnly: stacked on the Hub).
   bool stacked_only = false;
   std::vector<ExpertTensor> tensors;  // in the rule set's order
+};
+
+// A stacked tensor that detected rules did not take for a module for want of evidence
+// (LayoutRules::stacked_needs: te's P.weight alone, without P._extra_state or a declaration):
+// experts, or a convolution; the rules asked for by name take it.
+struct UnconfirmedStack {
+  std::string prefix;  // "model.layers.0.mlp.experts."
+  std::string name;    // the stacked tensor: "model.layers.0.mlp.experts.weight"
+  std::string needs;   // the entry that would confirm it: "model.layers.0.mlp.experts._extra_state"
+  std::string rules;   // the set that would take it: "te"
 };
 
 // What a scan found: the consistent grouped modules, in the order of their first entry in the
@@ -100,6 +114,7 @@ struct GroupedModule {
 struct GroupedScan {
   std::vector<GroupedModule> modules;
   std::vector<Error> problems;
+  std::vector<UnconfirmedStack> unconfirmed;  // in dict order
 };
 
 // The rule sets that fit `dict`. When `model_type` (config.json) names a family GroupLin knows,
@@ -204,18 +219,38 @@ class PlannedDict {
 struct ConversionPlan {
   std::vector<GroupedModule> modules;  // as found in the source (their source layout)
   std::vector<PlannedTensor> tensors;  // in output order
+  // Prefixes of the output's modules that detected rules would not find again without a
+  // declaration (a stacked first tensor alone, without its set's stacked_needs entry): what
+  // convert writes in safetensors metadata (kDeclaredModulesKey), in output order.
+  std::vector<std::string> to_declare;
 };
+
+// The safetensors metadata entry in which GroupLin declares grouped modules that detection could
+// not tell from other tensors of their shape: a JSON array of prefixes. Nothing else of the file
+// changes, so a converted file keeps every tensor byte for byte.
+inline constexpr const char* kDeclaredModulesKey = "grouplin.grouped_modules";
+// The prefixes `metadata` declares ([] when it has no kDeclaredModulesKey). Throws
+// Error(InvalidMetadata) naming `source` when the entry is not a JSON array of strings.
+std::vector<std::string> declared_modules(const std::map<std::string, std::string>& metadata,
+                                          const std::string& source);
+// `metadata` with kDeclaredModulesKey set to `prefixes` (removed when they are empty).
+std::map<std::string, std::string> with_declared_modules(
+    std::map<std::string, std::string> metadata, const std::vector<std::string>& prefixes);
 
 struct PlanOptions {
   // The rule sets; empty: detect_rules(dict, model_type). When given, each must match at least
-  // one module (RuleMatchedNothing). A set named "te" beside a stacked-only family's set (or
-  // alone, when model_type names such a family) asks for TransformerEngine per-expert names for
-  // that family's modules instead of Error(NoPerExpertForm).
+  // one module (RuleMatchedNothing). A set of GroupedLinear's names (te;
+  // LayoutRules::grouped_linear_names) beside a stacked-only family's set (or alone, when
+  // model_type names such a family) asks for TransformerEngine per-expert names for that family's
+  // modules instead of Error(NoPerExpertForm).
   std::vector<LayoutRules> rules{};
   std::string model_type{};  // config.json's model_type, for detect_rules
   // Keep only these experts of every module, renumbered from 0; unset: all. Error(OutOfBounds)
   // when a module has fewer than `end` experts or the range is empty.
   std::optional<ExpertRange> experts{};
+  // Prefixes of modules the checkpoint declares (declared_modules() of its safetensors
+  // metadata): a stacked tensor there is a module without its set's stacked_needs entry.
+  std::vector<std::string> declared_modules{};
 };
 
 // Plans the conversion of every grouped module of `dict` to `target`: per-expert -> single gives
@@ -229,8 +264,11 @@ struct PlanOptions {
 // (GroupedModule::stacked_only) go per-expert only under TransformerEngine names when te is asked
 // for (PlanOptions::rules): transposed and de-interleaved, as rearranged pieces.
 // Copies no tensor bytes; the pieces keep the source storages alive.
-// Throws the first problem of scan_grouped_modules, the errors of PlanOptions above, and
-// Error(NoPerExpertForm) for a stacked-only family's module with target PerExpert without te.
+// Throws the first problem of scan_grouped_modules, the errors of PlanOptions above,
+// Error(NoPerExpertForm) for a stacked-only family's module with target PerExpert without te, and
+// Error(NoGroupedModules) when detected rules found no module but unconfirmed stacks (the
+// conversion would change nothing). ConversionPlan::to_declare lists what a safetensors output
+// must declare (with_declared_modules) to be found again without rules.
 ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
                                const PlanOptions& options = {});
 

@@ -61,6 +61,7 @@ namespace grouplin {
   /* Layout rules. */           \
   X(InvalidRules)               \
   X(RuleMatchedNothing)         \
+  X(NoGroupedModules)           \
   X(RuleConflict)               \
   X(NoPerExpertForm)            \
   X(ScaleShapeMismatch)         \

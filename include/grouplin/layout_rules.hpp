@@ -18,8 +18,10 @@
 //                P.bias{i} [out] <-> P.bias [N, out] (read also as [N, 1, out]); weight and bias
 //                each in its own layout; FP8 scales P.weight{i}_scale_inv <->
 //                P.weight_scale_inv [N, ...] (per tensor, [128, 128] or [1, 32] MX blocks).
-//                A stacked P.weight counts only with P._extra_state
-//                beside it, unless te is asked for by name (a rank-3 weight may be a convolution)
+//                A stacked P.weight alone (no stacked bias or scales beside it) counts only
+//                with P._extra_state beside it or declared by GroupLin's safetensors metadata,
+//                unless te is asked for by name (a lone rank-3 weight may be a convolution).
+//                Its names are GroupedLinear's (grouped_linear_names)
 //   hf           Hugging Face module lists (Qwen2/3-MoE, OLMoE, DeepSeek-V2/V3, GLM4-MoE, ...):
 //                P.{E}.gate_proj.weight + P.{E}.up_proj.weight <-> P.gate_up_proj [N, 2I, H],
 //                P.{E}.down_proj.weight <-> P.down_proj [N, H, I] (transformers v5's fused form),
@@ -103,8 +105,9 @@ enum class PerExpertForm {
   // an ordinary layout of the family.
   Native,
   // The family stores its experts stacked only; `parts` are TransformerEngine / Megatron names
-  // (P.gate_up_proj.weight{i} [out, in]), written only when te is asked for (PlanOptions::rules
-  // naming "te"); otherwise per-expert output is Error(NoPerExpertForm).
+  // (P.gate_up_proj.weight{i} [out, in]), written only when a set of GroupedLinear's names is
+  // asked for beside it (PlanOptions::rules holding te, LayoutRules::grouped_linear_names);
+  // otherwise per-expert output is Error(NoPerExpertForm).
   TeOnly,
 };
 
@@ -129,10 +132,18 @@ struct LayoutRules {
   // lists save them; otherwise tensor by tensor (weight0..weight{N-1}, bias0..), as TE does.
   bool expert_major = false;
   PerExpertForm per_expert = PerExpertForm::Native;
-  // When not empty ("{prefix}_extra_state" for te): a module whose first tensor is stacked counts
-  // only with this entry beside it, unless the set was asked for by name. A rank-3 "P.weight" is
-  // TE's only with TE's other entry; without it, it may be a convolution (conv1d [C, 1, K]).
+  // When not empty ("{prefix}_extra_state" for te): a module found as its stacked first tensor
+  // alone counts only with this entry beside it, or when the checkpoint declares its prefix
+  // (PlanOptions::declared_modules: the metadata GroupLin's convert writes), unless the set was
+  // asked for by name. A lone rank-3 "P.weight" may be a convolution (conv1d [C, 1, K]); beside a
+  // stacked P.bias [N, out] or its FP8 scales it is a module whatever else is there.
   std::string stacked_needs;
+  // The set's names are GroupedLinear's own state-dict names (P.weight{i} / P.weight, P.bias{i} /
+  // P.bias, P.weight{i}_scale_inv / P.weight_scale_inv: TransformerEngine's): a GroupedLinear at
+  // P loads its entries in either layout as they are, and, asked for beside (or, with a model type
+  // naming one, instead of) a stacked-only family's set (PerExpertForm::TeOnly), it asks for that
+  // family's per-expert names instead of being a set of its own. Built-in: te.
+  bool grouped_linear_names = false;
   // When not empty ("experts."): a module's prefix must end with this text. transformers calls
   // every module of experts "experts"; a list of dense MLPs (LongCat's mlps.0.gate_proj) is not
   // one.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
 
@@ -163,6 +164,10 @@ CheckpointSource::FileContents CheckpointSource::open_file(const std::string& pa
 
 CheckpointSource::~CheckpointSource() {
   for (const File& f : files_) ::close(f.fd);
+}
+
+std::vector<std::string> CheckpointSource::declared_modules() const {
+  return grouplin::declared_modules(metadata_, quote(path_));
 }
 
 uint64_t CheckpointSource::file_bytes() const {

@@ -69,6 +69,9 @@ class CheckpointSource {
   const StateDict& tensors() const { return tensors_; }
   // A file's "__metadata__"; for a directory, the entries every shard has with the same value.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The grouped modules the metadata declares (grouplin::declared_modules; the error names the
+  // path).
+  std::vector<std::string> declared_modules() const;
   // The directory's listing and index; nullptr for a single file.
   const CheckpointDir* directory() const { return dir_ ? &*dir_ : nullptr; }
   // What the input gets wrong, or the reader leaves out on purpose, without stopping a reader:

@@ -100,7 +100,7 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
   c.model_type = options.model_type.empty() ? c.src->model_type() : options.model_type;
   try {
     c.plan = layout::plan(c.src->tensors(), layout::Target::Compare,
-                          {options.rules, c.model_type, std::nullopt});
+                          {options.rules, c.model_type, std::nullopt, c.src->declared_modules()});
   } catch (const Error& e) {
     throw Error(e.code(), "reading " + quote(path) + ": " + e.message());
   }

@@ -115,12 +115,11 @@ void write_pt_out(FileSink& sink, const detail::CheckpointSource& src,
 // returns its size.
 uint64_t write_file(const std::string& path, const detail::CheckpointSource& src,
                     std::span<const PlannedTensor> tensors, CheckpointFormat format,
-                    Progress& progress,
+                    const std::map<std::string, std::string>& metadata, Progress& progress,
                     detail::CommitCalls& calls = detail::CommitCalls::system()) {
   std::unique_ptr<AtomicFile> file = detail::create_atomic_file(path, calls);
   if (format == CheckpointFormat::Safetensors) {
-    // A .pt file has no metadata; a safetensors one keeps the input's.
-    write_safetensors_out(*file, src, tensors, src.metadata(), "saving " + quote(path), progress);
+    write_safetensors_out(*file, src, tensors, metadata, "saving " + quote(path), progress);
   } else {
     write_pt_out(*file, src, tensors, "saving " + quote(path), progress);
   }
@@ -221,8 +220,9 @@ void check_replaceable_directory(const std::string& in, const std::string& out,
 // when there are several, and every other file of an input directory unchanged.
 void write_directory(const std::string& in, const std::string& out,
                      const detail::CheckpointSource& src, const ConversionPlan& plan,
-                     CheckpointFormat format, uint64_t max_shard_size, bool replace,
-                     Progress& progress, ConvertReport& report) {
+                     CheckpointFormat format, const std::map<std::string, std::string>& metadata,
+                     uint64_t max_shard_size, bool replace, Progress& progress,
+                     ConvertReport& report) {
   std::unique_ptr<detail::AtomicDirectory> dir = detail::AtomicDirectory::create(out);
   std::vector<uint64_t> sizes;
   sizes.reserve(plan.tensors.size());
@@ -242,8 +242,8 @@ void write_directory(const std::string& in, const std::string& out,
       *index.total_size += plan.tensors[k].nbytes();
       parameters += static_cast<uint64_t>(shape_numel(plan.tensors[k].shape));
     }
-    report.file_bytes +=
-        write_file(dir->file(name), src, tensors, format, progress, dir->deferred_flush());
+    report.file_bytes += write_file(dir->file(name), src, tensors, format, metadata, progress,
+                                    dir->deferred_flush());
     report.output_files.push_back(name);
   }
   // One shard is written as a plain model file, without an index, as transformers does.
@@ -354,7 +354,7 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
     plan = plan_conversion(
         src->tensors(), options.layout,
         {options.rules, options.model_type.empty() ? src->model_type() : options.model_type,
-         options.experts});
+         options.experts, src->declared_modules()});
     if (options.dtype) {
       report.dequantized =
           layout::dequantize_plan(plan.tensors, *options.dtype, layout::MissingScales::Refuse);
@@ -370,15 +370,34 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   report.input_tensors = src->tensors().size();
   report.output_tensors = plan.tensors.size();
   report.warnings = src->warnings();
+  // A safetensors output keeps the input's metadata, with GroupLin's declaration of the modules
+  // that detection could not find again without it made anew (every shard of a directory holds
+  // the same). A .pt file has no metadata to keep or declare in.
+  const std::map<std::string, std::string> metadata =
+      with_declared_modules(src->metadata(), plan.to_declare);
+  if (*format == CheckpointFormat::Pt && !plan.to_declare.empty()) {
+    std::string rules;
+    for (const GroupedModule& m : plan.modules) {
+      if (m.prefix == plan.to_declare.front()) rules = m.rules;
+    }
+    report.warnings.push_back(
+        {ErrorCode::NoGroupedModules, plan.to_declare.front(),
+         std::to_string(plan.to_declare.size()) + " grouped module(s) of the output (the first " +
+             quote(plan.to_declare.front()) +
+             ") are stacked tensors alone, without the entry that tells them from a convolution "
+             "(TransformerEngine's _extra_state); a .pt file has no metadata to declare them in, "
+             "so reading the output back takes the rules by name (--rules " +
+             rules + "); a safetensors output declares them"});
+  }
   for (const PlannedTensor& t : plan.tensors) report.data_bytes += t.nbytes();
 
   Progress progress(options, report.data_bytes);
   if (directory_out) {
-    write_directory(in, out, *src, plan, *format,
+    write_directory(in, out, *src, plan, *format, metadata,
                     options.max_shard_size.value_or(kDefaultMaxShardSize), options.overwrite,
                     progress, report);
   } else {
-    report.file_bytes = write_file(out, *src, plan.tensors, *format, progress);
+    report.file_bytes = write_file(out, *src, plan.tensors, *format, metadata, progress);
     report.output_files.push_back(std::filesystem::path(out).filename().string());
   }
   return report;

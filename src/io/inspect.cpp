@@ -24,8 +24,10 @@ CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<
     s.model_type = dir->model_type;
   }
   s.warnings = src->warnings();
-  s.scan = layout::scan(s.tensors,
-                        {rules, model_type.empty() ? s.model_type : std::string(model_type), {}});
+  s.scan = layout::scan(s.tensors, {rules,
+                                    model_type.empty() ? s.model_type : std::string(model_type),
+                                    {},
+                                    src->declared_modules()});
   for (Error& e : layout::scale_problems(s.tensors, s.scan))
     s.scan.problems.push_back(std::move(e));
   return s;

@@ -89,6 +89,12 @@ std::string inspect_json(const CheckpointSummary& s, const std::string& path) {
         {{"code", std::string(error_code_name(e.code()))}, {"message", e.message()}});
   }
   doc["problems"] = std::move(problems);
+  ordered_json unconfirmed = ordered_json::array();
+  for (const UnconfirmedStack& u : s.scan.unconfirmed) {
+    unconfirmed.push_back(
+        {{"prefix", u.prefix}, {"name", u.name}, {"needs", u.needs}, {"rules", u.rules}});
+  }
+  doc["unconfirmed"] = std::move(unconfirmed);
   ordered_json warnings = ordered_json::array();
   for (const Problem& w : s.warnings) {
     warnings.push_back(

@@ -166,6 +166,7 @@ LayoutRules structure(std::string_view name) {
         scales,
     };
     r.stacked_needs = "{prefix}_extra_state";
+    r.grouped_linear_names = true;
     return r;
   }
   if (name == "hf") return fused_module_lists("hf", "gate_proj", "up_proj", "down_proj");

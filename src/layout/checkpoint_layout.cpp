@@ -4,6 +4,7 @@
 #include "grouplin/checkpoint_layout.hpp"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "layout/compiled_rules.hpp"
@@ -61,7 +62,8 @@ std::optional<std::string> structure_of_stacked(const StateDict& dict) {
 struct ResolvedRules {
   std::vector<layout::CompiledRules> sets;
   bool explicit_rules = false;
-  bool te_names = false;  // te was asked for: stacked-only families may go per-expert
+  // A set of GroupedLinear's names was asked for: stacked-only families may go per-expert.
+  bool te_names = false;
 };
 
 ResolvedRules resolve(const StateDict& dict, const PlanOptions& o) {
@@ -72,18 +74,18 @@ ResolvedRules resolve(const StateDict& dict, const PlanOptions& o) {
   }
   out.explicit_rules = true;
   std::vector<LayoutRules> rules = o.rules;
-  auto is_te = [](const LayoutRules& r) { return r.name == "te"; };
+  auto is_te = [](const LayoutRules& r) { return r.grouped_linear_names; };
   auto stacked_only = [](const LayoutRules& r) { return r.per_expert == PerExpertForm::TeOnly; };
   out.te_names = std::any_of(rules.begin(), rules.end(), is_te);
   if (out.te_names && std::none_of(rules.begin(), rules.end(), stacked_only)) {
-    // "te" alone for a stacked-only family named by config.json: that family, under TE names.
+    // te alone for a stacked-only family named by config.json: that family, under TE names.
     if (std::optional<std::string> f = rules_for_model_type(o.model_type)) {
       LayoutRules family = builtin_rules(*f);
       if (stacked_only(family)) rules.push_back(std::move(family));
     }
   }
   if (out.te_names && std::any_of(rules.begin(), rules.end(), stacked_only)) {
-    // Then "te" asks for names; it is not a set of its own.
+    // Then te asks for names; it is not a set of its own.
     rules.erase(std::remove_if(rules.begin(), rules.end(), is_te), rules.end());
   }
   out.sets = compiled(rules);
@@ -125,7 +127,35 @@ namespace layout {
 
 GroupedScan scan(const StateDict& dict, const PlanOptions& options) {
   const ResolvedRules rules = resolve(dict, options);
-  return scan_modules(dict, rules.sets, rules.explicit_rules).scan;
+  return scan_modules(dict, rules.sets, rules.explicit_rules, options.declared_modules).scan;
+}
+
+// Whether detected rules would miss module `f` written for `target` without a declaration: its
+// first tensor stacked and alone, its set's stacked_needs entry not in the dict (which passes
+// through to the output as it is).
+bool needs_declaration(const FoundModule& f, const CompiledRules& set, const ModuleTarget& target,
+                       const StateDict& dict) {
+  if (!set.stacked_needs || target.layout != ExpertLayout::Single || target.keep) return false;
+  const bool alone = std::none_of(f.tensors.begin() + 1, f.tensors.end(),
+                                  [](const FoundTensor& t) { return t.present; });
+  return alone && !dict.contains(set.stacked_needs->format(f.canonical));
+}
+
+// A conversion that found no module but stacked tensors it could not tell from convolutions
+// would change nothing: never a silent no-op.
+[[noreturn]] void refuse_unconfirmed(const StateDict& dict, const GroupedScan& scan) {
+  const UnconfirmedStack& u = scan.unconfirmed.front();
+  const size_t more = scan.unconfirmed.size() - 1;
+  throw Error(ErrorCode::NoGroupedModules,
+              "no grouped module found: " + quote(u.name) + " " +
+                  shape_to_string(dict.at(u.name).shape()) +
+                  (more ? " (and " + std::to_string(more) + " more)" : "") +
+                  " is named as the stacked weight of rules " + quote(u.rules) +
+                  ", but alone, without " + quote(u.needs) +
+                  " beside it nor a declaration in safetensors metadata (" + kDeclaredModulesKey +
+                  "), it may be a convolution; if it holds experts, ask for the rules by name "
+                  "(--rules " +
+                  u.rules + ")");
 }
 
 // A family transformers knows but GroupLin cannot convert exactly has no per-expert form to
@@ -146,15 +176,19 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
     refuse_unsupported_family(options.model_type);
   }
   const ResolvedRules rules = resolve(dict, options);
-  ModuleScan ms = scan_modules(dict, rules.sets, rules.explicit_rules);
+  ModuleScan ms = scan_modules(dict, rules.sets, rules.explicit_rules, options.declared_modules);
   for (size_t i = 0; i < ms.scan.problems.size(); ++i) {
     // A broken candidate already named as GroupedLinear loads (te's names) is left as it is for
     // Load: the module it loads into knows its expert count and reports against that (a partial
     // set of a non-strict load then loads the experts it has).
     const size_t s = ms.problem_sets[i];
     const bool loads_as_named =
-        target == Target::Load && s < rules.sets.size() && rules.sets[s].rules.name == "te";
+        target == Target::Load && s < rules.sets.size() && rules.sets[s].rules.grouped_linear_names;
     if (!loads_as_named) throw ms.scan.problems[i];
+  }
+  if ((target == Target::Single || target == Target::PerExpert) && ms.scan.modules.empty() &&
+      !ms.scan.unconfirmed.empty()) {
+    refuse_unconfirmed(dict, ms.scan);
   }
   if (rules.explicit_rules) {
     for (size_t s = 0; s < rules.sets.size(); ++s) {
@@ -186,6 +220,9 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
                                               ", which has " + std::to_string(g.num_experts));
     }
     targets.push_back(module_target(g, target, rules.te_names));
+    if (needs_declaration(ms.found[m], rules.sets[ms.found[m].rules], targets.back(), dict)) {
+      plan.to_declare.push_back(ms.found[m].canonical);
+    }
     for (size_t k = 0; k < g.keys.size(); ++k) owner.emplace(g.keys[k], std::pair(m, k == 0));
   }
   // Entries of no module take each matched set's renames, in the direction of its modules.
@@ -214,6 +251,29 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
 }
 
 }  // namespace layout
+
+std::vector<std::string> declared_modules(const std::map<std::string, std::string>& metadata,
+                                          const std::string& source) {
+  auto it = metadata.find(kDeclaredModulesKey);
+  if (it == metadata.end()) return {};
+  const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  bool ok = j.is_array();
+  for (size_t i = 0; ok && i < j.size(); ++i) ok = j[i].is_string();
+  if (!ok) {
+    throw Error(ErrorCode::InvalidMetadata,
+                source + ": metadata entry " + quote(kDeclaredModulesKey) +
+                    " should be a JSON array of module prefixes (strings); found " +
+                    quote(it->second.substr(0, 80)) + (it->second.size() > 80 ? "..." : ""));
+  }
+  return j.get<std::vector<std::string>>();
+}
+
+std::map<std::string, std::string> with_declared_modules(
+    std::map<std::string, std::string> metadata, const std::vector<std::string>& prefixes) {
+  metadata.erase(kDeclaredModulesKey);
+  if (!prefixes.empty()) metadata.emplace(kDeclaredModulesKey, nlohmann::json(prefixes).dump());
+  return metadata;
+}
 
 uint64_t PlannedTensor::nbytes() const {
   if (dequantize) return static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);

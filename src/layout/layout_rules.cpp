@@ -230,7 +230,7 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   if (!j.is_object()) invalid(source, "the document is not an object");
   only_fields(j,
               {"name", "renames", "renames_after", "joins", "tensors", "order", "per_expert",
-               "stacked_needs", "prefix_ends_with", "experts_from"},
+               "stacked_needs", "prefix_ends_with", "experts_from", "grouped_linear_names"},
               source, "the document");
   LayoutRules r;
   r.name = string_field(j, "name", source, "the document");
@@ -251,6 +251,7 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   if (j.contains("stacked_needs")) {
     r.stacked_needs = string_field(j, "stacked_needs", source, "the document");
   }
+  r.grouped_linear_names = bool_field(j, "grouped_linear_names", source, "the document");
   if (j.contains("experts_from")) {
     const nlohmann::json& e = j["experts_from"];
     if (!e.is_object()) invalid(source, "experts_from is not an object");
@@ -303,6 +304,16 @@ LayoutRules parse_rules(std::string_view text, const std::string& source) {
   for (size_t i = 0; i < j["tensors"].size(); ++i) {
     r.tensors.push_back(tensor_rule(j["tensors"][i], source, "tensors[" + std::to_string(i) + "]"));
   }
+  // A GroupedLinear loads the entries of such a set as they are: they must be its names.
+  if (r.grouped_linear_names &&
+      (r.tensors.empty() || r.tensors[0].stacked != "{prefix}weight" ||
+       r.tensors[0].parts != std::vector<std::string>{"{prefix}weight{expert}"} ||
+       !r.renames.empty() || r.per_expert != PerExpertForm::Native)) {
+    invalid(source,
+            "grouped_linear_names is true, but the set's names are not GroupedLinear's: expected "
+            "a first tensor \"{prefix}weight\" of parts [\"{prefix}weight{expert}\"], no renames "
+            "and per_expert \"native\"");
+  }
   layout::compile_rules(r, source);
   return r;
 }
@@ -313,6 +324,7 @@ std::string rules_to_json(const LayoutRules& r) {
   if (r.expert_major) j["order"] = "expert-major";
   if (r.per_expert == PerExpertForm::TeOnly) j["per_expert"] = "te";
   if (!r.stacked_needs.empty()) j["stacked_needs"] = r.stacked_needs;
+  if (r.grouped_linear_names) j["grouped_linear_names"] = true;
   if (!r.prefix_ends_with.empty()) j["prefix_ends_with"] = r.prefix_ends_with;
   if (!r.experts_from.empty()) {
     j["experts_from"] = {{"key", r.experts_from}, {"dim", r.experts_from_dim}};

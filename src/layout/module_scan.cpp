@@ -195,6 +195,7 @@ GroupedModule report(const Candidate& c, const FoundModule& m, const CompiledRul
   g.prefix = anchor.per_expert() ? m.spelled : c.canonical;
   g.rules = r.name;
   g.stacked_only = r.per_expert == PerExpertForm::TeOnly;
+  g.grouped_linear_names = r.grouped_linear_names;
   g.layout = anchor.stacked ? ExpertLayout::Single : ExpertLayout::PerExpert;
   g.num_experts = m.num_experts;
   for (size_t t = 0; t < m.tensors.size(); ++t) {
@@ -252,7 +253,7 @@ std::optional<Error> orphan_problem(const Candidate& c, const CompiledRules& set
 }  // namespace
 
 ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>& sets,
-                        bool explicit_rules) {
+                        bool explicit_rules, const std::vector<std::string>& declared) {
   ModuleScan out;
   out.matched.assign(sets.size(), false);
   std::vector<ScanProblem> problems;
@@ -279,10 +280,23 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
         std::any_of(c.tensors.begin(), c.tensors.end(),
                     [](const CandidateTensor& t) { return t.per_expert(); });
     if (c.spoiled && !anchor.per_expert()) continue;  // a convolution, not a grouped module
-    // Detected rules: a stacked first tensor needs its set's companion entry (te: _extra_state),
-    // or it is an ordinary tensor that happens to have the rank (conv1d [C, 1, K]).
-    if (!explicit_rules && set.stacked_needs && !any_per_expert &&
-        !dict.contains(set.stacked_needs->format(c.canonical))) {
+    // Detected rules: a stacked first tensor needs its set's companion entry (te: _extra_state)
+    // or the checkpoint's declaration, or it may be an ordinary tensor that happens to have the
+    // rank (conv1d [C, 1, K]). Other tensors of the set beside it that agree with it (a stacked
+    // bias [N, out], scales) make it a module all the same: a convolution's bias has rank 1
+    // (spoiled above). Unconfirmed, it is never a problem: it may be no module at all.
+    const bool unconfirmed =
+        !explicit_rules && set.stacked_needs && !any_per_expert &&
+        !dict.contains(set.stacked_needs->format(c.canonical)) &&
+        std::find(declared.begin(), declared.end(), c.canonical) == declared.end();
+    const bool alone = std::none_of(c.tensors.begin() + 1, c.tensors.end(),
+                                    [](const CandidateTensor& t) { return !t.entries.empty(); });
+    auto leave_unconfirmed = [&] {
+      out.scan.unconfirmed.push_back({c.canonical, set.stacked[0].format(c.canonical),
+                                      set.stacked_needs->format(c.canonical), set.rules.name});
+    };
+    if (unconfirmed && alone) {
+      leave_unconfirmed();
       continue;
     }
     // A set that folds its experts into dim 0 counts them by another entry (DBRX's router).
@@ -293,9 +307,13 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
       if (counter != nullptr && dim < counter->rank()) folded_experts = counter->dim(dim);
       if (!folded_experts && !explicit_rules && !any_per_expert) continue;  // no such module
     }
-    out.matched[c.set] = true;
     std::optional<Error> problem;
     std::optional<FoundModule> m = check_candidate(c, c.set, set, folded_experts, problem);
+    if (!m && unconfirmed) {
+      leave_unconfirmed();
+      continue;
+    }
+    out.matched[c.set] = true;
     if (!m) {
       problems.push_back({c.first_entry, c.set, *problem});
       continue;

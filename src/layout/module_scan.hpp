@@ -29,8 +29,8 @@ struct ModuleScan {
 
 // Scans `dict` with `sets`. With `explicit_rules`, a key two sets claim is a RuleConflict, and a
 // set's stacked_needs is not required; otherwise the first set wins a key (detected sets overlap
-// only by accident).
+// only by accident), and a prefix in `declared` needs no stacked_needs entry either.
 ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>& sets,
-                        bool explicit_rules);
+                        bool explicit_rules, const std::vector<std::string>& declared = {});
 
 }  // namespace grouplin::layout

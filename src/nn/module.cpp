@@ -101,7 +101,7 @@ PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
   layout::dequantize_plan(plan.tensors, DType::F32, layout::MissingScales::Keep);
   std::unordered_map<std::string, std::string> renames;
   for (const GroupedModule& m : plan.modules) {
-    if (m.rules == "te") continue;
+    if (m.grouped_linear_names) continue;
     for (const ExpertTensor& t : m.tensors) renames.emplace(t.name, t.name + ".weight");
   }
   for (PlannedTensor& t : plan.tensors) {

@@ -55,6 +55,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::LoadFailed:
     case ErrorCode::InvalidRules:
     case ErrorCode::RuleMatchedNothing:
+    case ErrorCode::NoGroupedModules:
     case ErrorCode::RuleConflict:
     case ErrorCode::NoPerExpertForm:
     case ErrorCode::ScaleShapeMismatch:

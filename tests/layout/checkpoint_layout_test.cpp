@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 
 #include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
@@ -205,6 +207,135 @@ TEST(CheckpointLayout, ShapeMismatchSingle) {
   empty.insert("m.weight", f32({0, 2, 3}));
   empty.insert("m._extra_state", Tensor::zeros({0}, DType::U8));
   EXPECT_EQ(only_problem(empty).code(), ErrorCode::ShapeMismatch);
+}
+
+// Without _extra_state, detected rules take a stacked TE weight only where something tells it
+// from a convolution: a stacked bias of the same experts, or the checkpoint's declaration. A
+// lone one is reported as unconfirmed, never as a module or a problem.
+TEST(CheckpointLayout, StackedTeWeightWithoutExtraState) {
+  StateDict alone;
+  alone.insert("m.weight", f32({4, 2, 3}));
+  GroupedScan scan = scan_grouped_modules(alone);
+  EXPECT_TRUE(scan.modules.empty());
+  EXPECT_TRUE(scan.problems.empty());
+  ASSERT_EQ(scan.unconfirmed.size(), 1u);
+  EXPECT_EQ(scan.unconfirmed[0].prefix, "m.");
+  EXPECT_EQ(scan.unconfirmed[0].name, "m.weight");
+  EXPECT_EQ(scan.unconfirmed[0].needs, "m._extra_state");
+  EXPECT_EQ(scan.unconfirmed[0].rules, "te");
+  // Named rules take it.
+  EXPECT_EQ(find_grouped_modules(alone, {builtin_rules("te")}).size(), 1u);
+
+  StateDict with_bias = alone;
+  with_bias.insert("m.bias", f32({4, 2}));
+  std::vector<GroupedModule> found = find_grouped_modules(with_bias);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].layout, ExpertLayout::Single);
+  EXPECT_EQ(found[0].num_experts, 4);
+  EXPECT_TRUE(found[0].bias);
+  EXPECT_TRUE(found[0].grouped_linear_names);
+
+  // A bias that disagrees is no evidence, and no problem either.
+  StateDict odd_bias = alone;
+  odd_bias.insert("m.bias", f32({4, 5}));
+  scan = scan_grouped_modules(odd_bias);
+  EXPECT_TRUE(scan.modules.empty());
+  EXPECT_TRUE(scan.problems.empty());
+  ASSERT_EQ(scan.unconfirmed.size(), 1u);
+  EXPECT_EQ(scan.unconfirmed[0].name, "m.weight");
+
+  // A convolution with its rank-1 bias is not even a candidate.
+  StateDict conv;
+  conv.insert("conv1d.weight", f32({8, 1, 4}));
+  conv.insert("conv1d.bias", f32({8}));
+  scan = scan_grouped_modules(conv);
+  EXPECT_TRUE(scan.modules.empty() && scan.problems.empty() && scan.unconfirmed.empty());
+
+  // Declared by the checkpoint: a module.
+  PlanOptions declared;
+  declared.declared_modules = {"m."};
+  ConversionPlan plan = plan_conversion(alone, ExpertLayout::PerExpert, declared);
+  ASSERT_EQ(plan.modules.size(), 1u);
+  ASSERT_EQ(plan.tensors.size(), 4u);
+  EXPECT_EQ(plan.tensors[3].name, "m.weight3");
+}
+
+// A conversion that finds nothing but unconfirmed stacks would change nothing: it says why.
+TEST(CheckpointLayout, ConversionOfUnconfirmedStacksOnlyIsRefused) {
+  StateDict sd;
+  sd.insert("model.embed.weight", f32({6, 4}));
+  sd.insert("a.weight", f32({4, 2, 3}));
+  sd.insert("b.weight", f32({4, 2, 3}));
+  for (ExpertLayout target : {ExpertLayout::Single, ExpertLayout::PerExpert}) {
+    try {
+      plan_conversion(sd, target);
+      ADD_FAILURE() << "converted nothing without a word";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::NoGroupedModules);
+      for (const char* part : {"\"a.weight\" [4, 2, 3]", "and 1 more", "\"a._extra_state\"",
+                               "--rules te", kDeclaredModulesKey}) {
+        EXPECT_NE(e.message().find(part), std::string::npos) << part << ": " << e.what();
+      }
+    }
+  }
+  // With a module found beside them, they pass through as ordinary entries.
+  sd.insert("c.weight0", f32({2, 3}));
+  EXPECT_EQ(plan_conversion(sd, ExpertLayout::Single).modules.size(), 1u);
+}
+
+// Converted to the single layout, a module that detection would not find again (a stacked weight
+// alone, without _extra_state) is declared; one with a stacked bias or _extra_state is not.
+TEST(CheckpointLayout, PlanDeclaresWhatDetectionWouldMiss) {
+  const std::vector<MoeModuleSpec> modules = {{"a.experts.", 4, 3, 5, true, DType::BF16},
+                                              {"b.experts.", 2, 2, 6, false, DType::F32}};
+  const StateDict bare = moe_state_dict(modules, ExpertLayout::PerExpert, /*extras=*/false);
+  ConversionPlan plan = plan_conversion(bare, ExpertLayout::Single);
+  EXPECT_EQ(plan.to_declare, std::vector<std::string>{"b.experts."});
+  EXPECT_TRUE(plan_conversion(bare, ExpertLayout::PerExpert).to_declare.empty());
+  EXPECT_TRUE(
+      plan_conversion(moe_state_dict(modules, ExpertLayout::PerExpert), ExpertLayout::Single)
+          .to_declare.empty());
+  // The single output, seen with its declaration, holds both modules again.
+  StateDict single;
+  for (const PlannedTensor& t : plan.tensors) {
+    Tensor out = Tensor::zeros(t.shape, t.dtype);
+    t.copy_to(out);
+    single.insert(t.name, out);
+  }
+  EXPECT_EQ(scan_grouped_modules(single).modules.size(), 1u);
+  PlanOptions o;
+  o.declared_modules = plan.to_declare;
+  ConversionPlan back = plan_conversion(single, ExpertLayout::PerExpert, o);
+  ASSERT_EQ(back.modules.size(), 2u);
+  ASSERT_EQ(back.tensors.size(), bare.size());
+  size_t i = 0;
+  for (const auto& [name, t] : bare) {
+    const PlannedTensor& p = back.tensors[i++];
+    EXPECT_EQ(p.name, name);
+    Tensor got = Tensor::zeros(p.shape, p.dtype);
+    p.copy_to(got);
+    ASSERT_EQ(got.nbytes(), t.nbytes());
+    EXPECT_EQ(std::memcmp(got.data(), t.data(), t.nbytes()), 0) << name;
+  }
+}
+
+TEST(CheckpointLayout, DeclaredModulesMetadata) {
+  std::map<std::string, std::string> md = {{"format", "pt"}};
+  md = with_declared_modules(md, {"a.", "b.c."});
+  EXPECT_EQ(md.at("format"), "pt");
+  EXPECT_EQ(declared_modules(md, "f"), (std::vector<std::string>{"a.", "b.c."}));
+  md = with_declared_modules(md, {});
+  EXPECT_EQ(md.count(kDeclaredModulesKey), 0u);
+  EXPECT_TRUE(declared_modules(md, "f").empty());
+  for (const char* bad : {"", "a.", "{\"a.\": 1}", "[1]", "[\"a.\", null]"}) {
+    try {
+      declared_modules({{kDeclaredModulesKey, bad}}, "\"in.safetensors\"");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidMetadata) << bad;
+      EXPECT_NE(e.message().find("in.safetensors"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CheckpointLayout, DTypeMismatch) {

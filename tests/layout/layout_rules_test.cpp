@@ -305,6 +305,12 @@ TEST(LayoutRules, BadRuleFilesNameWhatIsWrong) {
       {R"({"name": "x", "joins": [{"whole": "qkv", "parts": ["q", "k"], "dim": 1}],
           "tensors": []})",
        "joins[0] has unknown field \"dim\""},
+      {R"({"name": "x", "grouped_linear_names": true, "tensors": [{"stacked": "{prefix}w",
+          "parts": ["{prefix}w{expert}"], "dims": ["a"]}]})",
+       "the set's names are not GroupedLinear's"},
+      {R"({"name": "x", "grouped_linear_names": 1, "tensors": [{"stacked": "{prefix}weight",
+          "parts": ["{prefix}weight{expert}"], "dims": ["a"]}]})",
+       "grouped_linear_names is not true or false"},
   };
   for (const auto& [text, part] : bad) {
     SCOPED_TRACE(text);

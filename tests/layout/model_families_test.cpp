@@ -244,6 +244,19 @@ TEST(ModelFamilies, GptOssIsAStackedOnlyModuleInItsOwnOrientation) {
   te_alone.model_type = "gpt_oss";
   EXPECT_EQ(plan_conversion(g.hub, ExpertLayout::PerExpert, te_alone).tensors.size(),
             per_expert.tensors.size());
+
+  // What te asks for is a property of the set, not its name: te's JSON form under another name
+  // asks the same; without the property it is a set of its own, which matches nothing here.
+  LayoutRules mine = parse_rules(rules_to_json(builtin_rules("te")), "mine.json");
+  EXPECT_TRUE(mine.grouped_linear_names);
+  mine.name = "my-te";
+  te_alone.rules = {mine};
+  EXPECT_EQ(plan_conversion(g.hub, ExpertLayout::PerExpert, te_alone).tensors.size(),
+            per_expert.tensors.size());
+  mine.grouped_linear_names = false;
+  te.rules = {builtin_rules("gpt_oss"), mine};
+  EXPECT_EQ(error_of([&] { plan_conversion(g.hub, ExpertLayout::PerExpert, te); }).code(),
+            ErrorCode::RuleMatchedNothing);
 }
 
 // Llama 4 stores gate_up_proj [N, H, 2I] and down_proj [N, I, H] (transposed, not interleaved);

@@ -135,6 +135,16 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
                   escaped(m.rules).c_str(), storage_note(m).c_str());
     }
   }
+  if (!s.scan.unconfirmed.empty()) {
+    std::printf(
+        "not taken for grouped modules (stacked alone: no bias, scales or declaration beside "
+        "them; --rules takes them):\n");
+    for (const UnconfirmedStack& u : s.scan.unconfirmed) {
+      std::printf("  %s %s without %s (--rules %s)\n", escaped(u.name).c_str(),
+                  shape_to_string(s.tensors.at(u.name).shape()).c_str(), quote(u.needs).c_str(),
+                  escaped(u.rules).c_str());
+    }
+  }
   if (!s.warnings.empty()) {
     std::printf("warnings (readers go on):\n");
     for (const Problem& w : s.warnings) {
