@@ -1,6 +1,7 @@
 // The built-in rule structures, and the set of a model family: its structure plus its renames
 // (include/grouplin/layout_rules.hpp). The families themselves are data: model_families.cpp.
 #include <algorithm>
+#include <map>
 
 #include "grouplin/error.hpp"
 #include "grouplin/layout_rules.hpp"
@@ -231,7 +232,10 @@ std::vector<std::string> builtin_rule_names() {
   return out;
 }
 
-LayoutRules builtin_rules(std::string_view name) {
+namespace {
+
+// A built-in set, built and checked (every check parse_rules makes).
+layout::CompiledRules build(std::string_view name) {
   const ModelFamily* f = family_of(name);
   if (f != nullptr && f->structure.empty()) {
     throw Error(ErrorCode::InvalidArgument, "layout rules " + quote(name) +
@@ -245,9 +249,28 @@ LayoutRules builtin_rules(std::string_view name) {
     r.renames_after = f->renames_after;
     r.joins = f->joins;
   }
-  layout::compile_rules(r, "built-in " + r.name);  // every check parse_rules makes
-  return r;
+  return layout::compile_rules(r, "built-in " + r.name);
 }
+
+}  // namespace
+
+namespace layout {
+
+const CompiledRules& compiled_builtin(std::string_view name) {
+  // Every built-in set, compiled once per process (thread-safe: a function-local static).
+  static const std::map<std::string, CompiledRules, std::less<>> sets = [] {
+    std::map<std::string, CompiledRules, std::less<>> out;
+    for (const std::string& n : builtin_rule_names()) out.emplace(n, build(n));
+    return out;
+  }();
+  if (auto it = sets.find(name); it != sets.end()) return it->second;
+  build(name);  // not a built-in set: throws the error that names the known ones
+  throw Error(ErrorCode::InvalidArgument, "layout rules " + quote(name) + ": no such built-in set");
+}
+
+}  // namespace layout
+
+LayoutRules builtin_rules(std::string_view name) { return layout::compiled_builtin(name).rules; }
 
 std::optional<std::string> rules_for_model_type(std::string_view model_type) {
   const ModelFamily* f = family_of(model_type);

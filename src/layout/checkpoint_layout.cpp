@@ -32,7 +32,7 @@ bool any_key_matches(const StateDict& dict, const layout::KeyPattern& p, size_t 
 // The Hugging Face structure whose per-expert names the keys use.
 std::optional<std::string> structure_of_module_lists(const StateDict& dict) {
   for (const char* name : {"hf-mixtral", "hf-w1w3", "hf-fc", "hf", "hf-up-down"}) {
-    const layout::CompiledRules c = layout::compile_rules(builtin_rules(name), name);
+    const layout::CompiledRules& c = layout::compiled_builtin(name);
     const std::string* renamed_from = c.rules.renames.empty() ? nullptr : &c.rules.renames[0].first;
     const bool found = std::any_of(dict.begin(), dict.end(), [&](const StateDict::Entry& e) {
       return (renamed_from == nullptr || e.first.find(*renamed_from) != std::string::npos) &&
@@ -45,12 +45,11 @@ std::optional<std::string> structure_of_module_lists(const StateDict& dict) {
 
 // The structure of stacked experts without a family to name it: shapes tell the orientation.
 std::optional<std::string> structure_of_stacked(const StateDict& dict) {
-  const layout::CompiledRules gpt = layout::compile_rules(builtin_rules("gpt-oss"), "gpt-oss");
+  const layout::CompiledRules& gpt = layout::compiled_builtin("gpt-oss");
   if (any_key_matches(dict, gpt.stacked[1], 2)) return "gpt-oss";  // gate_up_proj_bias [N, 2I]
   std::optional<std::string> first_match;
   for (const char* name : {"hf", "stacked-transposed", "hf-up-down"}) {
-    const std::vector<layout::CompiledRules> one = {
-        layout::compile_rules(builtin_rules(name), name)};
+    const std::vector<layout::CompiledRules> one = {layout::compiled_builtin(name)};
     if (!any_key_matches(dict, one[0].stacked[0], 3)) continue;
     const layout::ModuleScan s = layout::scan_modules(dict, one, false);
     if (!s.scan.modules.empty() && s.scan.problems.empty()) return name;
@@ -59,49 +58,23 @@ std::optional<std::string> structure_of_stacked(const StateDict& dict) {
   return first_match;
 }
 
-struct ResolvedRules {
-  std::vector<layout::CompiledRules> sets;
-  bool explicit_rules = false;
-  // A set of GroupedLinear's names was asked for: stacked-only families may go per-expert.
-  bool te_names = false;
-};
-
-ResolvedRules resolve(const StateDict& dict, const PlanOptions& o) {
-  ResolvedRules out;
-  if (o.rules.empty()) {
-    out.sets = compiled(detect_rules(dict, o.model_type));
-    return out;
-  }
-  out.explicit_rules = true;
-  std::vector<LayoutRules> rules = o.rules;
-  auto is_te = [](const LayoutRules& r) { return r.grouped_linear_names; };
-  auto stacked_only = [](const LayoutRules& r) { return r.per_expert == PerExpertForm::TeOnly; };
-  out.te_names = std::any_of(rules.begin(), rules.end(), is_te);
-  if (out.te_names && std::none_of(rules.begin(), rules.end(), stacked_only)) {
-    // te alone for a stacked-only family named by config.json: that family, under TE names.
-    if (std::optional<std::string> f = rules_for_model_type(o.model_type)) {
-      LayoutRules family = builtin_rules(*f);
-      if (stacked_only(family)) rules.push_back(std::move(family));
-    }
-  }
-  if (out.te_names && std::any_of(rules.begin(), rules.end(), stacked_only)) {
-    // Then te asks for names; it is not a set of its own.
-    rules.erase(std::remove_if(rules.begin(), rules.end(), is_te), rules.end());
-  }
-  out.sets = compiled(rules);
+// The names of the built-in sets that fit `dict` (detect_rules).
+std::vector<std::string> detected_names(const StateDict& dict, std::string_view model_type) {
+  if (std::optional<std::string> family = rules_for_model_type(model_type)) return {*family};
+  std::vector<std::string> out = {"te"};
+  std::optional<std::string> chosen = structure_of_module_lists(dict);
+  if (!chosen) chosen = structure_of_stacked(dict);
+  if (chosen) out.push_back(*chosen);
   return out;
 }
 
 }  // namespace
 
 std::vector<LayoutRules> detect_rules(const StateDict& dict, std::string_view model_type) {
-  if (std::optional<std::string> family = rules_for_model_type(model_type)) {
-    return {builtin_rules(*family)};
+  std::vector<LayoutRules> out;
+  for (const std::string& name : detected_names(dict, model_type)) {
+    out.push_back(builtin_rules(name));
   }
-  std::vector<LayoutRules> out = {builtin_rules("te")};
-  std::optional<std::string> chosen = structure_of_module_lists(dict);
-  if (!chosen) chosen = structure_of_stacked(dict);
-  if (chosen) out.push_back(builtin_rules(*chosen));
   return out;
 }
 
@@ -124,6 +97,34 @@ ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
 }
 
 namespace layout {
+
+ResolvedRules resolve(const StateDict& dict, const PlanOptions& o) {
+  ResolvedRules out;
+  if (o.rules.empty()) {
+    for (const std::string& name : detected_names(dict, o.model_type)) {
+      out.sets.push_back(compiled_builtin(name));
+    }
+    return out;
+  }
+  out.explicit_rules = true;
+  std::vector<LayoutRules> rules = o.rules;
+  auto is_te = [](const LayoutRules& r) { return r.grouped_linear_names; };
+  auto stacked_only = [](const LayoutRules& r) { return r.per_expert == PerExpertForm::TeOnly; };
+  out.te_names = std::any_of(rules.begin(), rules.end(), is_te);
+  if (out.te_names && std::none_of(rules.begin(), rules.end(), stacked_only)) {
+    // te alone for a stacked-only family named by config.json: that family, under TE names.
+    if (std::optional<std::string> f = rules_for_model_type(o.model_type)) {
+      LayoutRules family = builtin_rules(*f);
+      if (stacked_only(family)) rules.push_back(std::move(family));
+    }
+  }
+  if (out.te_names && std::any_of(rules.begin(), rules.end(), stacked_only)) {
+    // Then te asks for names; it is not a set of its own.
+    rules.erase(std::remove_if(rules.begin(), rules.end(), is_te), rules.end());
+  }
+  out.sets = compiled(rules);
+  return out;
+}
 
 GroupedScan scan(const StateDict& dict, const PlanOptions& options) {
   const ResolvedRules rules = resolve(dict, options);
@@ -172,10 +173,14 @@ void refuse_unsupported_family(std::string_view model_type) {
 }
 
 ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& options) {
+  return plan(dict, target, options, resolve(dict, options));
+}
+
+ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& options,
+                    const ResolvedRules& rules) {
   if (target == Target::PerExpert && options.rules.empty()) {
     refuse_unsupported_family(options.model_type);
   }
-  const ResolvedRules rules = resolve(dict, options);
   ModuleScan ms = scan_modules(dict, rules.sets, rules.explicit_rules, options.declared_modules);
   for (size_t i = 0; i < ms.scan.problems.size(); ++i) {
     // A broken candidate already named as GroupedLinear loads (te's names) is left as it is for

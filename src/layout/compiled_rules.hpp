@@ -42,4 +42,8 @@ std::string expected_scales(const Shape& shape, const std::vector<int64_t>& bloc
 // interleave below 1.
 CompiledRules compile_rules(const LayoutRules& rules, const std::string& source);
 
+// The built-in set `name` (builtin_rules), compiled once per process and kept. Throws as
+// builtin_rules.
+const CompiledRules& compiled_builtin(std::string_view name);
+
 }  // namespace grouplin::layout

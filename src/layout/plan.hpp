@@ -5,6 +5,7 @@
 #pragma once
 
 #include "grouplin/checkpoint_layout.hpp"
+#include "layout/compiled_rules.hpp"
 
 namespace grouplin::layout {
 
@@ -21,8 +22,22 @@ enum class Target {
   Load,
 };
 
+// The rule sets a call works with, decided once: PlanOptions::rules as given (explicit), or the
+// built-in sets detect_rules picks for the dict and model type.
+struct ResolvedRules {
+  std::vector<CompiledRules> sets;
+  bool explicit_rules = false;
+  // A set of GroupedLinear's names was asked for: stacked-only families may go per-expert.
+  bool te_names = false;
+};
+ResolvedRules resolve(const StateDict& dict, const PlanOptions& options);
+
 // plan_conversion for `target` (same contract, same errors).
 ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& options);
+// The same with the rules resolved already (for another dict: load_state_dict resolves them for
+// the whole dict and plans the entries under its prefix).
+ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& options,
+                    const ResolvedRules& rules);
 
 // scan_grouped_modules with the rules PlanOptions names: given ones are explicit, detection
 // (empty rules) uses options.model_type. Never throws for what the dict holds.

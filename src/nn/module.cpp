@@ -77,8 +77,8 @@ namespace {
 // TransformerEngine's per-expert names (P.gate_up_proj.weight{i}), already in [out, in]. What
 // only the module knows (its expert count and shapes) it checks itself (grouped_linear_load.cpp).
 PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
-  const std::vector<LayoutRules> rules =
-      options.rules.empty() ? detect_rules(dict, options.model_type) : options.rules;
+  const PlanOptions plan_options{options.rules, options.model_type, options.experts};
+  const layout::ResolvedRules rules = layout::resolve(dict, plan_options);
   StateDict under;
   const StateDict* own = &dict;
   if (!options.prefix.empty()) {
@@ -86,15 +86,14 @@ PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
     // "block_sparse_moe." loads into modules under "mlp.").
     for (const auto& [name, t] : dict) {
       bool in = name.starts_with(options.prefix);
-      for (size_t r = 0; r < rules.size() && !in; ++r) {
-        in = layout::renamed(name, rules[r], true).starts_with(options.prefix);
+      for (size_t r = 0; r < rules.sets.size() && !in; ++r) {
+        in = layout::renamed(name, rules.sets[r].rules, true).starts_with(options.prefix);
       }
       if (in) under.insert(name, t);
     }
     own = &under;
   }
-  ConversionPlan plan = layout::plan(*own, layout::Target::Load,
-                                     {options.rules, options.model_type, options.experts});
+  ConversionPlan plan = layout::plan(*own, layout::Target::Load, plan_options, rules);
   // FP8 weights with their scales beside them load as their values (F32, rounded once more only
   // into a BF16 or F16 parameter: PyTorch's (q.float() * scale).to(dtype)). Without scales they
   // stay codes, which a float parameter refuses (Fp8ScalesNotApplied).
