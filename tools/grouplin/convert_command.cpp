@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <string>
 
-#include "grouplin/commands.hpp"
+#include "cli/commands.hpp"
+#include "cli/interrupt.hpp"
+#include "cli/progress.hpp"
+#include "cli/rules_option.hpp"
 #include "grouplin/convert.hpp"
 #include "grouplin/error.hpp"
-#include "grouplin/interrupt.hpp"
-#include "grouplin/progress.hpp"
-#include "grouplin/rules_option.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 
 namespace grouplin::cli {

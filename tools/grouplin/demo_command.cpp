@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "grouplin/commands.hpp"
+#include "cli/commands.hpp"
 #include "grouplin/grouplin.hpp"
 
 namespace grouplin::cli {

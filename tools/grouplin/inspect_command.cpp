@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "grouplin/commands.hpp"
+#include "cli/commands.hpp"
+#include "cli/progress.hpp"
+#include "cli/rules_option.hpp"
 #include "grouplin/grouplin.hpp"
 #include "grouplin/inspect.hpp"
-#include "grouplin/progress.hpp"
-#include "grouplin/rules_option.hpp"
 
 namespace grouplin::cli {
 namespace {

@@ -1,4 +1,4 @@
-#include "grouplin/interrupt.hpp"
+#include "cli/interrupt.hpp"
 
 namespace grouplin::cli {
 namespace {

@@ -5,9 +5,9 @@
 #include <iostream>
 #include <string>
 
-#include "grouplin/commands.hpp"
+#include "cli/commands.hpp"
+#include "cli/interrupt.hpp"
 #include "grouplin/error.hpp"
-#include "grouplin/interrupt.hpp"
 #include "grouplin/runtime.hpp"
 #include "grouplin/version.hpp"
 

@@ -1,4 +1,4 @@
-#include "grouplin/progress.hpp"
+#include "cli/progress.hpp"
 
 #include <unistd.h>
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "grouplin/commands.hpp"
+#include "cli/commands.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/layout_rules.hpp"
 

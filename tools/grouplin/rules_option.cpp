@@ -1,4 +1,4 @@
-#include "grouplin/rules_option.hpp"
+#include "cli/rules_option.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <string>
 
-#include "grouplin/commands.hpp"
+#include "cli/commands.hpp"
+#include "cli/progress.hpp"
+#include "cli/rules_option.hpp"
 #include "grouplin/compare.hpp"
-#include "grouplin/progress.hpp"
-#include "grouplin/rules_option.hpp"
 
 namespace grouplin::cli {
 namespace {

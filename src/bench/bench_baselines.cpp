@@ -1,4 +1,4 @@
-#include "grouplin/bench_baselines.hpp"
+#include "bench/bench_baselines.hpp"
 
 #include <unistd.h>
 
@@ -34,7 +34,7 @@ void cblas_sgemm(Args...) {
 }
 #endif
 
-namespace grouplin::cli::bench {
+namespace grouplin::bench {
 namespace {
 
 int blas_int(int64_t v) { return static_cast<int>(v); }
@@ -227,4 +227,4 @@ const char* blas_description() {
 }
 #endif
 
-}  // namespace grouplin::cli::bench
+}  // namespace grouplin::bench

@@ -1,6 +1,6 @@
 // How `grouplin bench` times the variants of one case side by side: each repetition runs every
 // variant once, in turn, and each variant keeps its best time; calls shorter than a few
-// milliseconds are timed in batches. Shared by the F32/BF16 cases (bench_command.cpp) and the FP8
+// milliseconds are timed in batches. Shared by the F32/BF16 cases (bench_run.cpp) and the FP8
 // ones (bench_fp8.cpp).
 #pragma once
 
@@ -14,7 +14,7 @@
 
 #include "grouplin/tensor.hpp"
 
-namespace grouplin::cli::bench {
+namespace grouplin::bench {
 
 // A best time not measured (the variant did not run).
 inline constexpr double kNotRun = std::numeric_limits<double>::infinity();
@@ -75,4 +75,4 @@ std::vector<Tensor> experts_of(const Tensor& stacked);
 // The CPU, threads, kernel set, BLAS and load average, for the report's first line.
 std::string machine_description();
 
-}  // namespace grouplin::cli::bench
+}  // namespace grouplin::bench

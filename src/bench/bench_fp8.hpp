@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace grouplin::cli::bench {
+namespace grouplin::bench {
 
 struct Fp8Shape {
   std::string name;
@@ -24,4 +24,4 @@ nlohmann::json run_fp8_bench(const std::vector<Fp8Shape>& shapes,
                              const std::vector<int64_t>& rows_per_expert,
                              const std::vector<std::string>& ops, int reps, bool json);
 
-}  // namespace grouplin::cli::bench
+}  // namespace grouplin::bench

@@ -9,7 +9,7 @@
 
 #include "grouplin/tensor.hpp"
 
-namespace grouplin::cli::bench {
+namespace grouplin::bench {
 
 // One dense F32 sgemm with the shapes of the whole grouped call, all T rows against expert 0:
 // forward y = x·Wᵀ, dgrad dx = dy·W, wgrad dW = dyᵀ·x. Requires F32 tensors.
@@ -48,4 +48,4 @@ void set_threads(int n);
 // "OpenBLAS 0.3.21 ... (core Cooperlake)".
 const char* blas_description();
 
-}  // namespace grouplin::cli::bench
+}  // namespace grouplin::bench

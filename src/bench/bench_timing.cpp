@@ -1,5 +1,5 @@
 // Timing and inputs of `grouplin bench` (bench_timing.hpp).
-#include "grouplin/bench_timing.hpp"
+#include "bench/bench_timing.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <thread>
 
-#include "grouplin/bench_baselines.hpp"
+#include "bench/bench_baselines.hpp"
 #include "kernels/micro_kernels.hpp"
 #include "kernels/thread_pool.hpp"
 
-namespace grouplin::cli::bench {
+namespace grouplin::bench {
 namespace {
 
 // Calls shorter than this are timed in batches.
@@ -120,4 +120,4 @@ std::string machine_description() {
   return text;
 }
 
-}  // namespace grouplin::cli::bench
+}  // namespace grouplin::bench

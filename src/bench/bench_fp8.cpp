@@ -1,5 +1,5 @@
 // The FP8 cases of grouplin bench (bench_fp8.hpp).
-#include "grouplin/bench_fp8.hpp"
+#include "bench/bench_fp8.hpp"
 
 #include <unistd.h>
 
@@ -8,12 +8,12 @@
 #include <fstream>
 #include <string>
 
-#include "grouplin/bench_baselines.hpp"
-#include "grouplin/bench_timing.hpp"
+#include "bench/bench_baselines.hpp"
+#include "bench/bench_timing.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "kernels/grouped_gemm.hpp"
 
-namespace grouplin::cli::bench {
+namespace grouplin::bench {
 namespace {
 
 constexpr double kMaxDecodeRows = 4;  // the goal's few rows per expert
@@ -189,4 +189,4 @@ nlohmann::json run_fp8_bench(const std::vector<Fp8Shape>& shapes,
   return out;
 }
 
-}  // namespace grouplin::cli::bench
+}  // namespace grouplin::bench
