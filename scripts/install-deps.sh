@@ -11,7 +11,7 @@ debian_packages=(
   cmake ninja-build g++ clang libclang-rt-14-dev clang-format
   g++-aarch64-linux-gnu qemu-user
   libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
-  libsimde-dev
+  libsimde-dev libdeflate-dev
   libopenmpi-dev openmpi-bin
   python3-venv python3-dev python3-pytest python3-numpy python3-torch python3-packaging
   gnuplot-nox jq
