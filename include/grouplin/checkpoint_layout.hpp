@@ -115,6 +115,9 @@ struct GroupedScan {
   std::vector<GroupedModule> modules;
   std::vector<Error> problems;
   std::vector<UnconfirmedStack> unconfirmed;  // in dict order
+  // The entries of the inconsistent candidates `problems` are about, in dict order: what the
+  // problems already cover (a scale there needs no report of its own).
+  std::vector<std::string> problem_keys;
 };
 
 // The rule sets that fit `dict`. When `model_type` (config.json) names a family GroupLin knows,
@@ -179,6 +182,10 @@ struct PlannedTensor {
   std::vector<Tensor> pieces;
   std::optional<Rearrangement> rearrange{};
   std::optional<Dequantization> dequantize{};
+  // For FP8 scales of a grouped module: the name of the planned tensor they scale, as the rule
+  // set declares it (StackedTensorRule::scale_of); "" for every other tensor (a dense weight's
+  // scales are paired by name: core/fp8.hpp).
+  std::string scale_of{};
 
   // Bytes of the tensor (the sum of the pieces' bytes; of the values for a dequantized one).
   uint64_t nbytes() const;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/dequantize.hpp"
+#include "core/fp8.hpp"
 #include "layout/rearrange.hpp"
 
 namespace grouplin::detail {

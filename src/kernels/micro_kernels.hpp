@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "core/fp8.hpp"
+
 namespace grouplin::kernels {
 
 // Rows and columns of the outer-product micro-tile, and the dot tile's limits.
@@ -33,8 +35,9 @@ inline constexpr int kMaxStrips = 4;
 // multiplies 16 pairs (32 BF16 values of depth) per tile operation.
 inline constexpr int64_t kPairGroup = 16;
 
-// FP8 weights carry one F32 scale per block of kFp8Block x kFp8Block codes (DeepSeek-V3's form).
-inline constexpr int64_t kFp8Block = 128;
+// FP8 weights carry one F32 scale per block of kFp8Block x kFp8Block codes (DeepSeek-V3's form;
+// core/fp8.hpp, where FP8 block scaling lives).
+using core::kFp8Block;
 // The most rows of one fma_rows_fp8_pairs call.
 inline constexpr int kFp8PairRows = 4;
 

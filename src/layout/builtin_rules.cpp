@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/layout_rules.hpp"
 #include "layout/compiled_rules.hpp"
@@ -79,7 +80,7 @@ StackedTensorRule te_named_scales(const std::string& weight) {
                       {"blocks"},
                       true};
   s.scale_of = "{prefix}" + weight;
-  s.blocks = layout::fp8_scale_blocks();
+  s.blocks = core::fp8_scale_blocks();
   return s;
 }
 
@@ -160,7 +161,7 @@ LayoutRules structure(std::string_view name) {
     StackedTensorRule scales{
         "{prefix}weight_scale_inv", {"{prefix}weight{expert}_scale_inv"}, {"blocks"}, true};
     scales.scale_of = "{prefix}weight";
-    scales.blocks = layout::fp8_scale_blocks();
+    scales.blocks = core::fp8_scale_blocks();
     r.tensors = {
         {"{prefix}weight", {"{prefix}weight{expert}"}, {"out", "in"}},
         {"{prefix}bias", {"{prefix}bias{expert}"}, {"out"}, true, true},
@@ -202,27 +203,6 @@ const ModelFamily* family_of(std::string_view model_type) {
 }
 
 }  // namespace
-
-namespace layout {
-
-const std::vector<std::vector<int64_t>>& fp8_scale_blocks() {
-  static const std::vector<std::vector<int64_t>> blocks = {{128, 128}, {1, 32}, {}};
-  return blocks;
-}
-
-Shape block_scale_shape(int64_t rows, int64_t cols, const std::vector<int64_t>& block) {
-  if (block.empty()) return {1};
-  return {(rows + block[0] - 1) / block[0], (cols + block[1] - 1) / block[1]};
-}
-
-std::string expected_scales(const Shape& shape, const std::vector<int64_t>& block,
-                            std::string_view whole) {
-  if (block.empty()) return shape_to_string(shape) + " (one per " + std::string(whole) + ")";
-  return shape_to_string(shape) + " ([" + std::to_string(block[0]) + ", " +
-         std::to_string(block[1]) + "] blocks)";
-}
-
-}  // namespace layout
 
 std::vector<std::string> builtin_rule_names() {
   std::vector<std::string> out(std::begin(kStructures), std::end(kStructures));

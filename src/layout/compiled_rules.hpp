@@ -25,16 +25,6 @@ struct CompiledRules {
   std::vector<int> scale_of;                   // per tensor: the tensor it scales, or -1
 };
 
-// The block shapes of FP8 scales GroupLin knows, in the order they are tried: [128, 128]
-// (DeepSeek-V3, Qwen3-FP8), [1, 32] (MXFP8), [] (one scale per matrix: Float8Tensor).
-const std::vector<std::vector<int64_t>>& fp8_scale_blocks();
-// The scales of a [rows, cols] matrix in `block`: [ceil(rows / r), ceil(cols / c)] for [r, c], [1]
-// for {} (one per matrix).
-Shape block_scale_shape(int64_t rows, int64_t cols, const std::vector<int64_t>& block);
-// "[2, 1] ([128, 128] blocks)", or "[1] (one per <whole>)" for {}: what a message expects.
-std::string expected_scales(const Shape& shape, const std::vector<int64_t>& block,
-                            std::string_view whole);
-
 // Checks `rules` and compiles its patterns. Throws Error(InvalidRules) naming `source`, the field
 // and what is wrong: no tensors, an optional first tensor, a pattern without exactly one
 // "{prefix}" at its start (and, for parts, one "{expert}"), empty parts or dims, a rename with an

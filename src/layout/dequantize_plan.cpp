@@ -2,9 +2,11 @@
 #include "layout/dequantize_plan.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "layout/compiled_rules.hpp"
 
@@ -31,9 +33,9 @@ Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scale
   }
   const int64_t matrices = shape_numel(lead);
   std::string expected;
-  for (const std::vector<int64_t>& b : fp8_scale_blocks()) {
+  for (const std::vector<int64_t>& b : core::fp8_scale_blocks()) {
     Shape want = lead;
-    const Shape per_matrix = block_scale_shape(d.rows, d.cols, b);
+    const Shape per_matrix = core::block_scale_shape(d.rows, d.cols, b);
     want.insert(want.end(), per_matrix.begin(), per_matrix.end());
     // One per matrix fits any shape of that many values ([N], [N, 1], [N, 1, 1]).
     const bool fits = b.empty() ? shape_numel(scales.shape) == matrices : scales.shape == want;
@@ -42,7 +44,7 @@ Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scale
       d.block_cols = b.empty() ? d.cols : b[1];
       return d;
     }
-    expected += (expected.empty() ? "" : " or ") + expected_scales(want, b, "matrix");
+    expected += (expected.empty() ? "" : " or ") + core::expected_scales(want, b, "matrix");
   }
   throw Error(ErrorCode::ScaleShapeMismatch,
               "dequantizing " + quote(codes.name) + " " + shape_to_string(codes.shape) + ": " +
@@ -57,22 +59,33 @@ size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingSca
     throw Error(ErrorCode::InvalidArgument,
                 "dequantizing to " + std::string(dtype_name(to)) + ": expected F32, BF16 or F16");
   }
-  std::unordered_map<std::string, size_t> index;
-  for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
+  // Each weight's scales: those a module's rules declare (scale_of), else, for a dense weight,
+  // the entry named as checkpoints name them (core::fp8_scale_name).
+  std::unordered_map<std::string, size_t> index, scales_of;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    index.emplace(tensors[i].name, i);
+    if (!tensors[i].scale_of.empty()) scales_of.emplace(tensors[i].scale_of, i);
+  }
   std::vector<bool> dropped(tensors.size(), false);
   size_t count = 0;
   for (PlannedTensor& t : tensors) {
     if (!is_fp8(t.dtype) || t.dequantize) continue;
-    auto it = index.find(t.name + "_scale_inv");
-    if (it == index.end()) {
+    std::optional<size_t> at;
+    if (auto it = scales_of.find(t.name); it != scales_of.end()) {
+      at = it->second;
+    } else if (auto d = index.find(core::fp8_scale_name(t.name));
+               d != index.end() && tensors[d->second].scale_of.empty()) {
+      at = d->second;
+    }
+    if (!at) {
       if (missing == MissingScales::Keep) continue;
       throw Error(ErrorCode::Fp8ScalesNotApplied,
                   quote(t.name) + " is " + std::string(dtype_name(t.dtype)) + " without " +
-                      quote(t.name + "_scale_inv") +
+                      quote(core::fp8_scale_name(t.name)) +
                       " beside it: its codes are not its values, and there are no scales to "
                       "dequantize it with");
     }
-    const PlannedTensor& scales = tensors[it->second];
+    const PlannedTensor& scales = tensors[*at];
     if (t.rearrange || scales.rearrange) {
       throw Error(ErrorCode::UnsupportedConversion,
                   "dequantizing " + quote(t.name) +
@@ -81,7 +94,7 @@ size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingSca
     }
     t.dequantize = fit_blocks(t, scales);
     t.dtype = to;
-    dropped[it->second] = true;
+    dropped[*at] = true;
     ++count;
   }
   std::vector<PlannedTensor> kept;
@@ -96,16 +109,16 @@ size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingSca
 std::vector<Error> scale_problems(const StateDict& dict, const GroupedScan& scan) {
   std::unordered_set<std::string> in_modules;
   for (const GroupedModule& m : scan.modules) in_modules.insert(m.keys.begin(), m.keys.end());
+  const std::unordered_set<std::string> reported(scan.problem_keys.begin(),
+                                                 scan.problem_keys.end());
   std::vector<Error> out;
   for (const auto& [name, t] : dict) {
     if (!is_fp8(t.dtype()) || in_modules.count(name) != 0) continue;
-    const std::string scale_name = name + "_scale_inv";
+    const std::string scale_name = core::fp8_scale_name(name);
     const Tensor* scales = dict.find(scale_name);
-    if (scales == nullptr || in_modules.count(scale_name) != 0) continue;
-    const bool reported = std::any_of(
-        scan.problems.begin(), scan.problems.end(),
-        [&](const Error& e) { return e.message().find(quote(scale_name)) != std::string::npos; });
-    if (reported) continue;
+    if (scales == nullptr || in_modules.count(scale_name) != 0 || reported.count(scale_name)) {
+      continue;
+    }
     try {
       fit_blocks(PlannedTensor::of(name, t), PlannedTensor::of(scale_name, *scales));
     } catch (const Error& e) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/fp8.hpp"
 #include "layout/renames.hpp"
 
 namespace grouplin::layout {
@@ -329,16 +330,16 @@ std::optional<Error> Checker::check_scale(size_t t, FoundModule& m) const {
   for (const std::vector<int64_t>& b : rule.blocks) {
     std::vector<Shape> want;
     if (b.empty() || ct.stacked != nullptr) {  // one shape over the expert's whole rows
-      want.push_back(block_scale_shape(rows, cols, b));
+      want.push_back(core::block_scale_shape(rows, cols, b));
     } else {
       for (size_t p = 0; p < nparts; ++p) {
-        want.push_back(block_scale_shape(weight.part_rows[p], cols, b));
+        want.push_back(core::block_scale_shape(weight.part_rows[p], cols, b));
       }
     }
     // One per expert fits a scale of one value in any shape ([1], [], [1, 1]).
     const bool fits = b.empty() ? nparts == 1 && shape_numel(stored[0]) == 1 : stored == want;
     if (!fits) {
-      expected += (expected.empty() ? "" : " or ") + expected_scales(want[0], b, "expert");
+      expected += (expected.empty() ? "" : " or ") + core::expected_scales(want[0], b, "expert");
       continue;
     }
     scales.block = b;

@@ -2,6 +2,7 @@
 #include "layout/module_plan.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "layout/renames.hpp"
 
@@ -56,16 +57,54 @@ void ModulePlanner::emit(const ModuleTarget& target, bool sliced, const StateDic
     as_is = as_is &&
             (target.keep || (layout == target.layout && !(ft.unit_dim && target.drop_unit_dims)));
   }
+  const size_t first = out.size();
   if (as_is) {  // in the module's own order
     for (const std::string& k : g_.keys) {
       out.push_back(PlannedTensor::of(renamed(k, set_.rules, target.to_single_names), dict.at(k)));
     }
-    return;
-  }
-  if (target.layout == ExpertLayout::Single) {
+  } else if (target.layout == ExpertLayout::Single) {
     single(out);
   } else {
     per_expert(out);
+  }
+  link_scales(target, as_is, out, first);
+}
+
+void ModulePlanner::link_scales(const ModuleTarget& target, bool as_is,
+                                std::vector<PlannedTensor>& out, size_t first) const {
+  // Output name of each scale -> output name of the weight it scales, as emitted above.
+  std::unordered_map<std::string, std::string> weight_of;
+  auto name = [&](const std::string& key) {
+    return renamed(key, set_.rules, target.to_single_names);
+  };
+  for (size_t t = 0; t < f_.tensors.size(); ++t) {
+    if (set_.scale_of[t] < 0 || !f_.tensors[t].present) continue;
+    const auto w = static_cast<size_t>(set_.scale_of[t]);
+    const FoundTensor &s = f_.tensors[t], &wt = f_.tensors[w];
+    if (as_is) {
+      if (s.stacked && wt.stacked)
+        weight_of.emplace(name(s.stacked->first), name(wt.stacked->first));
+      if (s.stacked || wt.stacked) continue;  // mixed layouts: no entry scales one entry
+      for (size_t p = 0; p < s.parts.size() && p < wt.parts.size(); ++p) {
+        for (const auto& [e, entry] : s.parts[p]) {
+          auto it = wt.parts[p].find(e);
+          if (it != wt.parts[p].end())
+            weight_of.emplace(name(entry->first), name(it->second->first));
+        }
+      }
+    } else if (target.layout == ExpertLayout::Single) {
+      weight_of.emplace(set_.stacked[t].format(f_.canonical), set_.stacked[w].format(f_.canonical));
+    } else {
+      for (int64_t e = begin_; e < end_; ++e) {
+        for (size_t p = 0; p < set_.parts[t].size() && p < set_.parts[w].size(); ++p) {
+          weight_of.emplace(set_.parts[t][p].format(f_.spelled, e - begin_),
+                            set_.parts[w][p].format(f_.spelled, e - begin_));
+        }
+      }
+    }
+  }
+  for (size_t i = first; i < out.size(); ++i) {
+    if (auto it = weight_of.find(out[i].name); it != weight_of.end()) out[i].scale_of = it->second;
   }
 }
 

@@ -40,6 +40,10 @@ class ModulePlanner {
             std::vector<PlannedTensor>& out) const;
 
  private:
+  // Sets PlannedTensor::scale_of of the scales among out[first, ...): the name of the weight
+  // each scales, as its rule declares (StackedTensorRule::scale_of).
+  void link_scales(const ModuleTarget& target, bool as_is, std::vector<PlannedTensor>& out,
+                   size_t first) const;
   void single(std::vector<PlannedTensor>& out) const;
   void per_expert(std::vector<PlannedTensor>& out) const;
   void expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>& out) const;

@@ -257,6 +257,7 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
   ModuleScan out;
   out.matched.assign(sets.size(), false);
   std::vector<ScanProblem> problems;
+  std::vector<size_t> problem_entries;  // dict positions of the failed candidates' entries
   Claims claims(dict, sets, explicit_rules);
   claims.run(problems);
   std::vector<Candidate>& candidates = claims.candidates();
@@ -272,6 +273,7 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
     if (anchor.stacked == nullptr && !anchor.per_expert()) {
       if (std::optional<Error> e = orphan_problem(c, set)) {
         problems.push_back({c.first_entry, c.set, *e});
+        for (size_t at : c.entries) problem_entries.push_back(at);
         out.matched[c.set] = true;
       }
       continue;
@@ -316,6 +318,7 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
     out.matched[c.set] = true;
     if (!m) {
       problems.push_back({c.first_entry, c.set, *problem});
+      for (size_t at : c.entries) problem_entries.push_back(at);
       continue;
     }
     out.scan.modules.push_back(report(c, *m, set, key_at));
@@ -330,6 +333,7 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
          Error(ErrorCode::PartialExpertSet,
                module_name(s.canonical) + ": has the scales " + quote(*key_at[s.pos]) +
                    " but not the weight they scale, " + quote(s.weight_key))});
+    problem_entries.push_back(s.pos);
   }
   std::stable_sort(problems.begin(), problems.end(),
                    [](const auto& a, const auto& b) { return a.position < b.position; });
@@ -337,6 +341,10 @@ ModuleScan scan_modules(const StateDict& dict, const std::vector<CompiledRules>&
     out.problem_sets.push_back(p.set);
     out.scan.problems.push_back(std::move(p.error));
   }
+  std::sort(problem_entries.begin(), problem_entries.end());
+  problem_entries.erase(std::unique(problem_entries.begin(), problem_entries.end()),
+                        problem_entries.end());
+  for (size_t at : problem_entries) out.scan.problem_keys.push_back(*key_at[at]);
   return out;
 }
 

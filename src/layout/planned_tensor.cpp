@@ -2,7 +2,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/dequantize.hpp"
+#include "core/fp8.hpp"
 #include "grouplin/checkpoint_layout.hpp"
 #include "layout/rearrange.hpp"
 

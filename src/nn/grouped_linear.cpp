@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "nn/init.hpp"
@@ -70,37 +71,10 @@ DType activations_of(const GroupedLinearOptions& o) {
   return o.params_dtype == DType::F8_E4M3 ? DType::BF16 : o.params_dtype;
 }
 
-using kernels::kFp8Block;  // the block of the FP8 weights' scales, as the kernels read them
-constexpr float kE4M3Max = 448.0f;
+using core::kFp8Block;  // the block of the FP8 weights' scales, as the kernels read them
 
 Shape fp8_scale_shape(int64_t out, int64_t in) {
-  return {(out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block};
-}
-
-// codes and scales = `values` [out, in] quantized per block: scale = the block's largest magnitude
-// / 448 (1 for a block of zeros), code = value / scale rounded to nearest even.
-void quantize_blocks(const Tensor& values, Tensor codes, Tensor scales) {
-  const int64_t out = values.dim(0), in = values.dim(1), bi = scales.dim(1);
-  const auto* v = values.data_as<float>();
-  auto* q = reinterpret_cast<uint8_t*>(codes.mutable_data());
-  auto* sc = scales.mutable_data_as<float>();
-  for (int64_t br = 0; br < scales.dim(0); ++br) {
-    for (int64_t bc = 0; bc < bi; ++bc) {
-      const int64_t r1 = std::min(out, (br + 1) * kFp8Block),
-                    c1 = std::min(in, (bc + 1) * kFp8Block);
-      float amax = 0;
-      for (int64_t r = br * kFp8Block; r < r1; ++r) {
-        for (int64_t c = bc * kFp8Block; c < c1; ++c)
-          amax = std::max(amax, std::fabs(v[r * in + c]));
-      }
-      const float scale = amax > 0 ? amax / kE4M3Max : 1.0f;
-      sc[br * bi + bc] = scale;
-      for (int64_t r = br * kFp8Block; r < r1; ++r) {
-        for (int64_t c = bc * kFp8Block; c < c1; ++c)
-          q[r * in + c] = f32_to_f8e4m3(v[r * in + c] / scale);
-      }
-    }
-  }
+  return core::block_scale_shape(out, in, {kFp8Block, kFp8Block});
 }
 
 }  // namespace
@@ -155,7 +129,7 @@ GroupedLinear::GroupedLinear(const GroupedLinearOptions& options)
     }
     Tensor values = Tensor::zeros(t.shape(), DType::F32);
     init_uniform(values, options_.seed, 2 * global + stream, bound);
-    quantize_blocks(values, t, scales.experts[static_cast<size_t>(i)]);
+    core::quantize_blocks(values, t, scales.experts[static_cast<size_t>(i)]);
   };
 
   // The weights, then the biases, each family in its own layout. Expert i draws stream 2g for its

@@ -6,11 +6,11 @@
 #include <map>
 #include <optional>
 
+#include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
-#include "kernels/micro_kernels.hpp"
 #include "layout/expert_names.hpp"
 
 namespace grouplin {
@@ -76,7 +76,7 @@ std::optional<Fp8Parts> fp8_parts(Family& f, const std::string& key, const Plann
     return std::nullopt;
   }
   const Dequantization& d = *src.dequantize;
-  const int64_t block = kernels::kFp8Block;
+  const int64_t block = core::kFp8Block;
   if (d.codes != DType::F8_E4M3 || d.block_rows != block || d.block_cols != block) {
     f.plan.add_problem(ErrorCode::UnsupportedConversion, key,
                        what + "is " + std::string(dtype_name(d.codes)) + " with scales " +

@@ -10,6 +10,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/layout_rules.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "layout/dequantize_plan.hpp"
 
 namespace grouplin {
 namespace {
@@ -241,6 +242,60 @@ TEST(ScaleRules, RuleFilesDeclareScalesAndTheirBlocks) {
     const Error e = bad(scale + fields);
     EXPECT_EQ(e.code(), ErrorCode::InvalidRules) << fields << ": " << e.what();
   }
+}
+
+// A weight and its scales are paired as the rules declare (scale_of), whatever their names: a
+// rule file's scales "{prefix}s{expert}" of "{prefix}w{expert}" dequantize their weights in
+// either layout, and are dropped with them.
+TEST(ScaleRules, ScalesArePairedByTheirRuleNotTheirName) {
+  const LayoutRules q = parse_rules(R"({"name": "q", "tensors": [
+      {"stacked": "{prefix}w", "parts": ["{prefix}w{expert}"], "dims": ["out", "in"]},
+      {"stacked": "{prefix}s", "parts": ["{prefix}s{expert}"], "dims": ["b"], "optional": true,
+       "scale_of": "{prefix}w", "blocks": [[128, 128]]}]})",
+                                    "q.json");
+  StateDict sd;
+  const std::vector<float> codes = {1, 2, 3, 4, 5, 6};
+  for (int e = 0; e < 2; ++e) {
+    const std::string i = std::to_string(e);
+    const std::vector<float> scale = {e + 2.0f};
+    sd.insert("m.w" + i, Tensor::from_f32({2, 3}, codes, DType::F8_E4M3));
+    sd.insert("m.s" + i, Tensor::from_f32({1, 1}, scale, DType::F32));
+  }
+  PlanOptions o;
+  o.rules = {q};
+  for (ExpertLayout target : {ExpertLayout::PerExpert, ExpertLayout::Single}) {
+    ConversionPlan plan = plan_conversion(sd, target, o);
+    EXPECT_EQ(layout::dequantize_plan(plan.tensors, DType::F32, layout::MissingScales::Refuse),
+              target == ExpertLayout::Single ? 1u : 2u);
+    ASSERT_EQ(plan.tensors.size(), target == ExpertLayout::Single ? 1u : 2u);
+    Tensor values = Tensor::zeros(plan.tensors[0].shape, DType::F32);
+    plan.tensors[0].copy_to(values);
+    EXPECT_EQ(values.data_as<float>()[5], 6.0f * 2.0f);  // expert 0's last value, its scale 2
+  }
+}
+
+// Scales of dense FP8 weights that fit no block are reported once each; a scale that belongs to
+// an inconsistent candidate is that candidate's problem (GroupedScan::problem_keys), not reported
+// again.
+TEST(ScaleRules, DenseScaleProblemsAreReportedOnce) {
+  StateDict sd;
+  sd.insert("a.weight", Tensor::zeros({4, 4}, DType::F8_E4M3));
+  sd.insert("a.weight_scale_inv", Tensor::zeros({3, 3}, DType::F32));
+  sd.insert("m.weight0", Tensor::zeros({2, 3}, DType::F8_E4M3));
+  sd.insert("m.weight1", Tensor::zeros({2, 4}, DType::F8_E4M3));  // experts of two shapes
+  sd.insert("m.weight0_scale_inv", Tensor::zeros({5, 5}, DType::F32));
+  sd.insert("m.weight1_scale_inv", Tensor::zeros({1, 1}, DType::F32));
+  const GroupedScan scan = scan_grouped_modules(sd);
+  ASSERT_EQ(scan.problems.size(), 1u);
+  EXPECT_EQ(scan.problems[0].code(), ErrorCode::ShapeMismatch) << scan.problems[0].what();
+  EXPECT_EQ(scan.problem_keys,
+            (std::vector<std::string>{"m.weight0", "m.weight1", "m.weight0_scale_inv",
+                                      "m.weight1_scale_inv"}));
+  const std::vector<Error> dense = layout::scale_problems(sd, scan);
+  ASSERT_EQ(dense.size(), 1u);
+  EXPECT_EQ(dense[0].code(), ErrorCode::ScaleShapeMismatch);
+  EXPECT_NE(dense[0].message().find("\"a.weight_scale_inv\""), std::string::npos)
+      << dense[0].what();
 }
 
 }  // namespace
