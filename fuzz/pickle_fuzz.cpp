@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "grouplin/error.hpp"
-#include "io/pickle_machine.hpp"
+#include "io/formats/pickle_machine.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > GROUPLIN_FUZZ_MAX_LEN) return 0;

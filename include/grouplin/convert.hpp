@@ -18,9 +18,9 @@
 // shard holds it; a .pt file goes through the zip writer of save_pt. The bytes of the input are
 // read once, with pread, by a second thread into four 256 KiB buffers (computing the CRC-32 each
 // zip record needs) while the calling thread writes them: faster than one thread, and than
-// copy_file_range (numbers in src/io/tensor_stream.hpp). Peak anonymous memory is about 1 MiB
-// plus the headers, whatever the checkpoint's size (tensors the .pt reader had to copy, the rare
-// non-contiguous or misaligned ones, excepted). Nothing is left at OUT on failure.
+// copy_file_range (numbers in src/io/operations/tensor_stream.hpp). Peak anonymous memory is about
+// 1 MiB plus the headers, whatever the checkpoint's size (tensors the .pt reader had to copy, the
+// rare non-contiguous or misaligned ones, excepted). Nothing is left at OUT on failure.
 //
 // A directory OUT is built in a hidden temporary directory beside OUT and renamed into place
 // (exchanged with the old OUT under `overwrite`, which is then removed; see ConvertOptions::

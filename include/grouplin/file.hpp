@@ -66,7 +66,7 @@ class FileSink {
 
 class AtomicFile;
 namespace detail {
-class CommitCalls;  // the commit steps, replaceable (internal: src/io/commit_calls.hpp)
+class CommitCalls;  // the commit steps, replaceable (internal: src/io/checkpoints/commit_calls.hpp)
 std::unique_ptr<AtomicFile> create_atomic_file(const std::string& path, CommitCalls& calls);
 }  // namespace detail
 

@@ -17,7 +17,7 @@
 #include "grouplin/layout_rules.hpp"
 #include "grouplin/safetensors.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
-#include "io/atomic_directory.hpp"
+#include "io/checkpoints/atomic_directory.hpp"
 
 namespace grouplin {
 

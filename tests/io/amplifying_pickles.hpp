@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "io/formats/zip.hpp"
 #include "io/memory_sink.hpp"
 #include "io/pickle_builder.hpp"
-#include "io/zip.hpp"
 
 namespace grouplin::test_pickle {
 

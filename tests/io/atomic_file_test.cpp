@@ -19,7 +19,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/safetensors.hpp"
-#include "io/commit_calls.hpp"
+#include "io/checkpoints/commit_calls.hpp"
 
 namespace grouplin {
 namespace {

@@ -17,10 +17,10 @@
 #include "grouplin/inspect.hpp"
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
-#include "io/checkpoint_source.hpp"
+#include "io/checkpoints/checkpoint_source.hpp"
+#include "io/formats/pt_writer.hpp"
+#include "io/formats/zip.hpp"
 #include "io/moe_checkpoint.hpp"
-#include "io/pt_writer.hpp"
-#include "io/zip.hpp"
 #include "temp_dir_test.hpp"
 
 namespace grouplin {

@@ -1,5 +1,5 @@
 // The restricted pickle machine: one test per named check, on tiny hand-made pickles.
-#include "io/pickle_machine.hpp"
+#include "io/formats/pickle_machine.hpp"
 
 #include <gtest/gtest.h>
 

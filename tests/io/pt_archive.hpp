@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "grouplin/storage.hpp"
+#include "io/formats/zip.hpp"
 #include "io/memory_sink.hpp"
-#include "io/zip.hpp"
 
 namespace grouplin::test_io {
 

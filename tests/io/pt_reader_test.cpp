@@ -15,10 +15,10 @@
 #include "grouplin/pt_file.hpp"
 #include "io/amplifying_pickles.hpp"
 #include "io/error_code_groups.hpp"
+#include "io/formats/zip.hpp"
 #include "io/memory_sink.hpp"
 #include "io/pickle_builder.hpp"
 #include "io/pt_archive.hpp"
-#include "io/zip.hpp"
 
 // GCC 12 warns about members left out of designated initializers even when they have default
 // member initializers (fixed in GCC 13); TensorSpec relies on those defaults.

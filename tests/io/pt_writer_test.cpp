@@ -1,7 +1,7 @@
 // write_pt / save_pt: layout of the archive, round trips through parse_pt for every dtype,
 // shared storages, determinism, refused inputs, and failures midway (through FileSink); every
 // error save_pt can raise, with its code and its message naming the file and the tensor.
-#include "io/pt_writer.hpp"
+#include "io/formats/pt_writer.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,8 +18,8 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
+#include "io/formats/zip.hpp"
 #include "io/memory_sink.hpp"
-#include "io/zip.hpp"
 #include "temp_dir_test.hpp"
 
 namespace grouplin {

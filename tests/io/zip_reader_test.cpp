@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "grouplin/error.hpp"
+#include "io/formats/zip.hpp"
 #include "io/memory_sink.hpp"
-#include "io/zip.hpp"
 
 namespace grouplin::zip {
 namespace {

@@ -1,5 +1,5 @@
 // The value arena, stack and memo of the pickle machine (see io/pickle_values.hpp).
-#include "io/pickle_values.hpp"
+#include "io/formats/pickle_values.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -11,7 +11,7 @@
 #endif
 
 #include "grouplin/error.hpp"
-#include "io/zip.hpp"
+#include "io/formats/zip.hpp"
 
 namespace grouplin::zip {
 namespace {

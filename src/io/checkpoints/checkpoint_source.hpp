@@ -26,7 +26,7 @@
 #include "grouplin/file.hpp"
 #include "grouplin/pt_file.hpp"
 #include "grouplin/state_dict.hpp"
-#include "io/checkpoint_dir.hpp"
+#include "io/checkpoints/checkpoint_dir.hpp"
 
 namespace grouplin::detail {
 

@@ -1,11 +1,11 @@
 // The torch reconstructors of the pickle machine (see io/pickle_torch.hpp); TransformerEngine's
 // FP8 tensors are built in pickle_te.cpp.
-#include "io/pickle_torch.hpp"
+#include "io/formats/pickle_torch.hpp"
 
 #include <cstdint>
 
 #include "grouplin/error.hpp"
-#include "io/pickle_globals.hpp"
+#include "io/formats/pickle_globals.hpp"
 
 namespace grouplin::pickle {
 namespace {

@@ -1,13 +1,13 @@
 // The two-thread copy pipeline of conversions (see io/tensor_stream.hpp).
-#include "io/tensor_stream.hpp"
+#include "io/operations/tensor_stream.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <new>
 
 #include "grouplin/error.hpp"
-#include "io/planned_reader.hpp"
-#include "io/zip.hpp"
+#include "io/formats/zip.hpp"
+#include "io/operations/planned_reader.hpp"
 
 namespace grouplin::detail {
 namespace {

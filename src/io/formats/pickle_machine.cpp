@@ -1,16 +1,16 @@
 // The restricted pickle machine's run loop (see io/pickle_machine.hpp): reads each opcode and its
 // arguments, and hands values to the value store (io/pickle_values.hpp) and the torch
 // reconstructors (io/pickle_torch.hpp).
-#include "io/pickle_machine.hpp"
+#include "io/formats/pickle_machine.hpp"
 
 #include <cstdio>
 #include <cstring>
 
 #include "core/utf8.hpp"
 #include "grouplin/error.hpp"
-#include "io/pickle_opcodes.hpp"
-#include "io/pickle_torch.hpp"
-#include "io/pickle_values.hpp"
+#include "io/formats/pickle_opcodes.hpp"
+#include "io/formats/pickle_torch.hpp"
+#include "io/formats/pickle_values.hpp"
 
 namespace grouplin::pickle {
 namespace {

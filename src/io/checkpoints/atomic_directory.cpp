@@ -1,5 +1,5 @@
 // Building a directory out of sight and renaming it into place (see io/atomic_directory.hpp).
-#include "io/atomic_directory.hpp"
+#include "io/checkpoints/atomic_directory.hpp"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
-#include "io/commit_calls.hpp"
+#include "io/checkpoints/commit_calls.hpp"
 
 namespace grouplin::detail {
 namespace {

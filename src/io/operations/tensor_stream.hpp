@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "grouplin/checkpoint_layout.hpp"
-#include "io/checkpoint_source.hpp"
+#include "io/checkpoints/checkpoint_source.hpp"
 
 namespace grouplin::detail {
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "grouplin/error.hpp"
-#include "io/pickle_globals.hpp"
-#include "io/pickle_torch.hpp"
+#include "io/formats/pickle_globals.hpp"
+#include "io/formats/pickle_torch.hpp"
 
 namespace grouplin::pickle {
 

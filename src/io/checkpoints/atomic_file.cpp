@@ -11,7 +11,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
-#include "io/commit_calls.hpp"
+#include "io/checkpoints/commit_calls.hpp"
 
 namespace grouplin {
 namespace {

@@ -1,7 +1,7 @@
 // The one validator for safetensors headers: the JSON, its structure, the tiling of the data
 // buffer. The order of the checks and the code of each is the contract in
 // include/grouplin/safetensors.hpp; safetensors_reader.cpp maps files and builds tensors on it.
-#include "io/safetensors_header.hpp"
+#include "io/formats/safetensors_header.hpp"
 
 #include <algorithm>
 #include <cstdint>

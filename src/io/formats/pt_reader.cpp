@@ -6,8 +6,8 @@
 #include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
-#include "io/pickle_machine.hpp"
-#include "io/zip.hpp"
+#include "io/formats/pickle_machine.hpp"
+#include "io/formats/zip.hpp"
 
 namespace grouplin {
 namespace {

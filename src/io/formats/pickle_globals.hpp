@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "grouplin/dtype.hpp"
-#include "io/pickle_values.hpp"
+#include "io/formats/pickle_values.hpp"
 
 namespace grouplin::pickle {
 

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "io/pickle_machine.hpp"
-#include "io/pickle_opcodes.hpp"
+#include "io/formats/pickle_machine.hpp"
+#include "io/formats/pickle_opcodes.hpp"
 
 namespace grouplin::pickle {
 

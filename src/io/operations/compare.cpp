@@ -10,8 +10,8 @@
 #include <unordered_set>
 
 #include "grouplin/error.hpp"
-#include "io/checkpoint_source.hpp"
-#include "io/planned_reader.hpp"
+#include "io/checkpoints/checkpoint_source.hpp"
+#include "io/operations/planned_reader.hpp"
 #include "layout/plan.hpp"
 
 namespace grouplin {

@@ -1,7 +1,7 @@
 // Writing `.pt` files: plan the storage records (tensors viewing overlapping bytes of one storage
 // share a record), emit the protocol-2 pickle torch.save would, check it with the reader's own
 // pickle machine, then stream the records through the zip writer.
-#include "io/pt_writer.hpp"
+#include "io/formats/pt_writer.hpp"
 
 #include <algorithm>
 #include <map>
@@ -12,8 +12,8 @@
 #include "core/utf8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
-#include "io/pickle_machine.hpp"
-#include "io/zip.hpp"
+#include "io/formats/pickle_machine.hpp"
+#include "io/formats/zip.hpp"
 
 namespace grouplin {
 namespace {

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "grouplin/file.hpp"
-#include "io/commit_calls.hpp"
+#include "io/checkpoints/commit_calls.hpp"
 
 namespace grouplin::detail {
 

@@ -5,7 +5,7 @@
 
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
-#include "io/safetensors_header.hpp"
+#include "io/formats/safetensors_header.hpp"
 
 namespace grouplin {
 namespace {

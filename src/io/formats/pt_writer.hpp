@@ -23,8 +23,8 @@
 #include "grouplin/dtype.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/tensor.hpp"
-#include "io/pickle_machine.hpp"
-#include "io/zip.hpp"
+#include "io/formats/pickle_machine.hpp"
+#include "io/formats/zip.hpp"
 
 namespace grouplin::detail {
 

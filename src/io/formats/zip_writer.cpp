@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "grouplin/error.hpp"
-#include "io/zip.hpp"
+#include "io/formats/zip.hpp"
 
 namespace grouplin::zip {
 namespace {

@@ -9,7 +9,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/pt_file.hpp"
 #include "grouplin/safetensors.hpp"
-#include "io/checkpoint_source.hpp"
+#include "io/checkpoints/checkpoint_source.hpp"
 
 namespace grouplin {
 namespace {

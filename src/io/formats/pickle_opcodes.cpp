@@ -1,4 +1,4 @@
-#include "io/pickle_opcodes.hpp"
+#include "io/formats/pickle_opcodes.hpp"
 
 namespace grouplin::pickle {
 namespace {

@@ -1,7 +1,7 @@
 // inspect_checkpoint: the validated headers of a checkpoint and its grouped modules.
 #include "grouplin/inspect.hpp"
 
-#include "io/checkpoint_source.hpp"
+#include "io/checkpoints/checkpoint_source.hpp"
 #include "layout/dequantize_plan.hpp"
 #include "layout/plan.hpp"
 

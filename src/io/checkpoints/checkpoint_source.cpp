@@ -1,6 +1,6 @@
 // Opening an input checkpoint, a file or a directory of shards, for streaming (see
 // io/checkpoint_source.hpp).
-#include "io/checkpoint_source.hpp"
+#include "io/checkpoints/checkpoint_source.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

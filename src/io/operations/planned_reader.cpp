@@ -1,4 +1,4 @@
-#include "io/planned_reader.hpp"
+#include "io/operations/planned_reader.hpp"
 
 #include <algorithm>
 #include <cstring>

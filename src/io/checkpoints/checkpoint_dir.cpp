@@ -1,6 +1,6 @@
 // Reading a checkpoint directory's listing and index, and checking the index against the shards
 // (see io/checkpoint_dir.hpp).
-#include "io/checkpoint_dir.hpp"
+#include "io/checkpoints/checkpoint_dir.hpp"
 
 #include <algorithm>
 #include <filesystem>

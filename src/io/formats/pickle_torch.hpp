@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "io/pickle_machine.hpp"
-#include "io/pickle_opcodes.hpp"
-#include "io/pickle_values.hpp"
+#include "io/formats/pickle_machine.hpp"
+#include "io/formats/pickle_opcodes.hpp"
+#include "io/formats/pickle_values.hpp"
 
 namespace grouplin::pickle {
 

@@ -8,7 +8,7 @@
 #include "core/parser_text.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
-#include "io/checkpoint_dir.hpp"
+#include "io/checkpoints/checkpoint_dir.hpp"
 
 namespace grouplin {
 namespace {
