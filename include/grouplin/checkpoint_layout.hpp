@@ -230,6 +230,8 @@ struct ConversionPlan {
   // declaration (a stacked first tensor alone, without its set's stacked_needs entry): what
   // convert writes in safetensors metadata (kDeclaredModulesKey), in output order.
   std::vector<std::string> to_declare;
+  // What the scan could not confirm (GroupedScan::unconfirmed): passed through as it is.
+  std::vector<UnconfirmedStack> unconfirmed;
 };
 
 // The safetensors metadata entry in which GroupLin declares grouped modules that detection could

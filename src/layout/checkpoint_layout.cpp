@@ -213,6 +213,7 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
   }
   ConversionPlan plan;
   plan.modules = ms.scan.modules;
+  plan.unconfirmed = ms.scan.unconfirmed;
   // Entry name -> module, and whether it is the module's first entry.
   std::unordered_map<std::string, std::pair<size_t, bool>> owner;
   std::vector<ModuleTarget> targets;

@@ -136,23 +136,32 @@ def test_inspect_is_the_cli_document(tmp_path, rng, cli):
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "pt"])
-def test_convert_between_layouts_is_exact(tmp_path, rng, fmt):
-    sd = te_checkpoint(rng)
+@pytest.mark.parametrize("bias", [True, False])
+def test_convert_between_layouts_is_exact(tmp_path, rng, fmt, bias):
+    # TransformerEngine names without _extra_state: what GroupLin writes, GroupLin recognises
+    # without rules (a stacked bias tells the stack from a convolution; a safetensors output
+    # declares a lone stacked weight in its metadata). A lone stack in a .pt takes rules="te".
+    sd = te_checkpoint(rng, bias=bias)
     src = tmp_path / f"per.{fmt}"
     grouplin.save(src, sd)
     single = tmp_path / f"single.{fmt}"
     report = grouplin.convert(src, single, layout="single")
-    assert report["output_tensors"] == 3 and report["grouped_modules"] == 1
+    assert report["output_tensors"] == (3 if bias else 2) and report["grouped_modules"] == 1
     got = grouplin.load(single)
     np.testing.assert_array_equal(got["layers.0.experts.weight"],
                                   np.stack([sd[f"layers.0.experts.weight{i}"] for i in range(4)]))
     np.testing.assert_array_equal(got["embed.weight"], sd["embed.weight"])
-    assert grouplin.verify(src, single, rules="te").same
+    rules = "te" if fmt == "pt" and not bias else None
+    assert grouplin.verify(src, single, rules=rules).same
     back = tmp_path / f"back.{fmt}"
-    grouplin.convert(single, back, layout="per-expert", rules="te")
+    grouplin.convert(single, back, layout="per-expert", rules=rules)
     assert grouplin.load(back).keys() == sd.keys()
     for name, want in sd.items():
         assert grouplin.load(back)[name].tobytes() == want.tobytes()
+    if rules:
+        with pytest.raises(grouplin.Error) as e:
+            grouplin.convert(single, tmp_path / "again.pt", layout="per-expert")
+        assert e.value.code == "NoGroupedModules" and "--rules te" in str(e.value)
 
 
 def test_convert_sharded_hub_checkpoint_to_stacked(tmp_path):

@@ -127,6 +127,62 @@ TEST_F(CliTest, RoundTripIsByteIdentical) {
   }
 }
 
+// TE names without _extra_state (kModules' second module has no bias either: a lone stacked
+// weight in the single layout): every output of convert, file or directory, is found again
+// without --rules, and per-expert -> single -> per-expert gives the direct per-expert output byte
+// for byte. A .pt cannot declare the lone stack: convert warns, and converting that file back
+// without --rules is refused rather than done as a no-op.
+TEST_F(CliTest, WhatConvertWritesItRecognisesWithoutRules) {
+  const StateDict sd = moe_state_dict(kModules, ExpertLayout::PerExpert, /*extras=*/false);
+  save_safetensors(path("per.safetensors"), sd, {{"k", "v"}});
+  ASSERT_EQ(run({"convert", path("per.safetensors"), path("direct.safetensors"), "--layout",
+                 "per-expert"})
+                .code,
+            0);
+  for (const char* single : {"single.safetensors", "single-dir"}) {
+    SCOPED_TRACE(single);
+    std::vector<std::string> args = {"convert", path("per.safetensors"), path(single), "--layout",
+                                     "single"};
+    if (std::string(single).ends_with("-dir")) args.insert(args.end(), {"--max-shard-size", "200"});
+    CliRun r = run(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = run({"inspect", path(single), "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json doc = nlohmann::json::parse(r.out);
+    ASSERT_EQ(doc["grouped_modules"].size(), 2u) << r.out;
+    for (const auto& m : doc["grouped_modules"]) EXPECT_EQ(m["layout"], "single") << r.out;
+    EXPECT_TRUE(doc["unconfirmed"].empty()) << r.out;
+    EXPECT_EQ(run({"verify", path("per.safetensors"), path(single)}).code, 0);
+    ASSERT_EQ(run({"convert", path(single), path("back.safetensors"), "--layout", "per-expert",
+                   "--force"})
+                  .code,
+              0);
+    EXPECT_EQ(read_all(path("back.safetensors")), read_all(path("direct.safetensors")));
+    r = run({"convert", path(single), path("two.safetensors"), "--layout", "single", "--experts",
+             "0:1", "--force"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(load_checkpoint(path("two.safetensors"))
+                  .tensors.at("model.layers.3.mlp.experts.weight")
+                  .dim(0),
+              1);
+  }
+  CliRun r = run({"convert", path("per.safetensors"), path("single.pt"), "--layout", "single"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: NoGroupedModules"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.layers.7.mlp.experts."), std::string::npos) << r.err;
+  // The module with a stacked bias is found; the lone stack passes as it is, with a warning.
+  r = run({"convert", path("single.pt"), path("back.pt"), "--layout", "per-expert"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: NoGroupedModules: \"model.layers.7.mlp.experts.weight\" left as "
+                       "it is"),
+            std::string::npos)
+      << r.err;
+  r = run({"inspect", path("single.pt")});
+  EXPECT_NE(r.out.find("not taken for grouped modules"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.7.mlp.experts.weight [1, 2, 6]"), std::string::npos) << r.out;
+  EXPECT_EQ(run({"verify", path("per.safetensors"), path("single.pt"), "--rules", "te"}).code, 0);
+}
+
 TEST_F(CliTest, BadInputsExitTwoAndLeaveNoOutput) {
   const StateDict sd = moe_state_dict(kModules, ExpertLayout::PerExpert);
   save_safetensors(path("good.safetensors"), sd);

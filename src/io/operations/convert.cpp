@@ -375,6 +375,20 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   // the same). A .pt file has no metadata to keep or declare in.
   const std::map<std::string, std::string> metadata =
       with_declared_modules(src->metadata(), plan.to_declare);
+  if (!plan.unconfirmed.empty()) {
+    const UnconfirmedStack& u = plan.unconfirmed.front();
+    const size_t more = plan.unconfirmed.size() - 1;
+    report.warnings.push_back(
+        {ErrorCode::NoGroupedModules, u.name,
+         quote(u.name) +
+             (more ? " and " + std::to_string(more) + " more stacked tensor(s) left as they are"
+                   : " left as it is") +
+             ": named as the stacked weight of rules " + quote(u.rules) + ", but without " +
+             quote(u.needs) +
+             ", a stacked bias, scales or a declaration beside it, it may be a convolution; "
+             "if it holds experts, ask for the rules by name (--rules " +
+             u.rules + ")"});
+  }
   if (*format == CheckpointFormat::Pt && !plan.to_declare.empty()) {
     std::string rules;
     for (const GroupedModule& m : plan.modules) {
