@@ -13,8 +13,9 @@
 // [begin, end]} (byte offsets into the data buffer, end exclusive), plus an optional
 // "__metadata__" object of string values.
 //
-// Every input goes through one validator, in this order, each failure with its own ErrorCode and
-// a message naming the file, the tensor and the bad value:
+// Every input goes through one validator (src/io/formats/safetensors_layout.hpp, which also plans
+// the streaming reads and writes of `convert`), in this order, each failure with its own ErrorCode
+// and a message naming the file, the tensor and the bad value:
 //   size    file shorter than 8 bytes ........................................ FileTooSmall
 //   caps    N > kSafetensorsMaxHeaderSize (100,000,000) ....................... HeaderTooLarge
 //   bounds  8 + N past the end of the file ..................................... HeaderPastEnd
@@ -70,42 +71,6 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 
-// One tensor as its header entry describes it.
-struct SafetensorsEntry {
-  std::string name;
-  DType dtype = DType::F32;
-  Shape shape;
-  uint64_t begin = 0;  // byte offsets into the data buffer, end exclusive
-  uint64_t end = 0;
-};
-
-// A validated header.
-struct SafetensorsHeader {
-  std::vector<SafetensorsEntry> entries;  // sorted by offsets (ties keep header order)
-  std::map<std::string, std::string> metadata;
-};
-
-// Validates `json` (the N header bytes, padding included) against a data buffer of `data_size`
-// bytes: every check above from "caps" on. `context` starts each error message
-// ("loading \"x.safetensors\""). Returns the entries; allocates only in proportion to
-// json.size(). Throws Error with the codes listed above.
-SafetensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_size,
-                                           const std::string& context);
-
-// Where a validated file keeps its tensors: the header, and the file offset of the data buffer
-// (8 + N), so that tensor e occupies file bytes [data_offset + e.begin, data_offset + e.end).
-struct SafetensorsLayout {
-  SafetensorsHeader header;
-  uint64_t data_offset = 0;
-};
-
-// Every check of parse_safetensors on the whole file in `file` (size, caps, bounds, then
-// parse_safetensors_header), without making tensors: nothing is copied and only the header bytes
-// are read, so a caller can stream the data itself. `name_for_errors` as in parse_safetensors.
-// Throws Error with the codes listed above.
-SafetensorsLayout parse_safetensors_layout(std::span<const std::byte> file,
-                                           const std::string& name_for_errors);
-
 // Validates a whole file held in `bytes` and returns views of it: each tensor shares `bytes`
 // (zero-copy; writable only if `bytes` is), except a tensor whose data is not aligned to its
 // element size (only files from other writers can have one), which is copied into aligned heap
@@ -126,31 +91,13 @@ SafetensorsFile load_safetensors(const std::string& path, MapMode mode = MapMode
 // "__metadata__" first (if not empty, keys sorted), tensors ordered by dtype alignment
 // descending (the reference's dtype rank breaks ties between dtypes of one size) then by name,
 // header padded with spaces to a multiple of 8, each tensor's bytes written straight from its
-// storage (no copy of the whole file). The header is run through parse_safetensors_header before
+// storage (no copy of the whole file). The header is run through the validator above before
 // anything is written. Does not call sink.commit().
 // Throws Error(UndefinedTensor) for an undefined tensor, Error(InvalidArgument) for a name that is
 // not UTF-8 or is "__metadata__", Error(InvalidMetadata) for metadata that is not UTF-8,
 // Error(HeaderTooLarge) past the cap, and whatever sink.write throws.
 void write_safetensors(FileSink& sink, const StateDict& tensors,
                        const std::map<std::string, std::string>& metadata = {});
-
-// What write_safetensors writes before the tensor data, for tensors of these names, dtypes and
-// shapes (the offsets of `entries` are ignored).
-struct SafetensorsWritePlan {
-  std::string header;                     // the JSON, padded with spaces to a multiple of 8
-  std::vector<SafetensorsEntry> entries;  // in data order, with their offsets
-  std::vector<size_t> order;              // entries[k] is the input entry order[k]
-  uint64_t data_size = 0;                 // bytes of the data buffer
-};
-
-// The header and data order write_safetensors uses (same sort, same bytes), already run through
-// parse_safetensors_header, for writers that stream tensor data from elsewhere. `context` starts
-// error messages. Throws Error(InvalidArgument) for a name that is not UTF-8 or is
-// "__metadata__", Error(InvalidMetadata), Error(SizeOverflow), Error(HeaderTooLarge), and the
-// validator's codes.
-SafetensorsWritePlan plan_safetensors_write(std::vector<SafetensorsEntry> entries,
-                                            const std::map<std::string, std::string>& metadata,
-                                            const std::string& context);
 
 // write_safetensors to an AtomicFile at `path`, then commit(): on any error, or a crash, the old
 // file at `path` (if any) stays as it was. Saving over the file the tensors were loaded from is

@@ -27,6 +27,7 @@
 #include "grouplin/pt_file.hpp"
 #include "grouplin/state_dict.hpp"
 #include "io/checkpoints/checkpoint_dir.hpp"
+#include "io/formats/safetensors_header.hpp"
 
 namespace grouplin::detail {
 

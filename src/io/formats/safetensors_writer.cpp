@@ -9,6 +9,7 @@
 #include "core/utf8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/safetensors.hpp"
+#include "io/formats/safetensors_header.hpp"
 
 namespace grouplin {
 namespace {

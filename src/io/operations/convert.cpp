@@ -20,6 +20,7 @@
 #include "io/checkpoints/checkpoint_source.hpp"
 #include "io/checkpoints/commit_calls.hpp"
 #include "io/formats/pt_writer.hpp"
+#include "io/formats/safetensors_header.hpp"
 #include "io/formats/zip.hpp"
 #include "io/operations/tensor_stream.hpp"
 #include "layout/dequantize_plan.hpp"
