@@ -161,14 +161,15 @@ bool needs_declaration(const FoundModule& f, const CompiledRules& set, const Mod
 
 // A family transformers knows but GroupLin cannot convert exactly has no per-expert form to
 // write: leaving its experts as they are would not be what was asked for.
-void refuse_unsupported_family(std::string_view model_type) {
+void refuse_unsupported_family(std::string_view model_type, Target target) {
   for (const ModelFamily& f : model_families()) {
     if (f.model_type != model_type || !f.structure.empty()) continue;
-    throw Error(ErrorCode::NoPerExpertForm, "model type " + quote(model_type) +
-                                                " (config.json): GroupLin has no rules for "
-                                                "this family's experts (" +
-                                                f.not_applied +
-                                                "), so no per-expert form to write");
+    const bool per_expert = target == Target::PerExpert;
+    throw Error(per_expert ? ErrorCode::NoPerExpertForm : ErrorCode::NoGroupedModules,
+                "model type " + quote(model_type) +
+                    " (config.json): GroupLin has no rules for this family's experts (" +
+                    f.not_applied + "), so " +
+                    (per_expert ? "no per-expert form to write" : "no grouped module to convert"));
   }
 }
 
@@ -179,7 +180,7 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
 ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& options,
                     const ResolvedRules& rules) {
   if (target == Target::PerExpert && options.rules.empty()) {
-    refuse_unsupported_family(options.model_type);
+    refuse_unsupported_family(options.model_type, target);
   }
   ModuleScan ms = scan_modules(dict, rules.sets, rules.explicit_rules, options.declared_modules);
   for (size_t i = 0; i < ms.scan.problems.size(); ++i) {
@@ -193,6 +194,8 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
   }
   if ((target == Target::Single || target == Target::PerExpert) && ms.scan.modules.empty() &&
       !ms.scan.unconfirmed.empty()) {
+    // A family known to have no rules says so before what detection could not confirm.
+    if (options.rules.empty()) refuse_unsupported_family(options.model_type, target);
     refuse_unconfirmed(dict, ms.scan);
   }
   if (rules.explicit_rules) {

@@ -283,6 +283,27 @@ TEST(CheckpointLayout, ConversionOfUnconfirmedStacksOnlyIsRefused) {
   EXPECT_EQ(plan_conversion(sd, ExpertLayout::Single).modules.size(), 1u);
 }
 
+// A family GroupLin has no rules for says so, rather than what detection could not confirm.
+TEST(CheckpointLayout, AFamilyWithoutRulesSaysSoWhenNothingIsFound) {
+  std::string no_rules;
+  for (const ModelFamily& f : model_families()) {
+    if (f.structure.empty()) no_rules = f.model_type;
+  }
+  ASSERT_FALSE(no_rules.empty());
+  StateDict sd;
+  sd.insert("model.layers.0.attn.k_sconv.weight", f32({16, 1, 4}));
+  PlanOptions o;
+  o.model_type = no_rules;
+  try {
+    plan_conversion(sd, ExpertLayout::Single, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NoGroupedModules) << e.what();
+    EXPECT_NE(e.message().find("GroupLin has no rules for this family"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Converted to the single layout, a module that detection would not find again (a stacked weight
 // alone, without _extra_state) is declared; one with a stacked bias or _extra_state is not.
 TEST(CheckpointLayout, PlanDeclaresWhatDetectionWouldMiss) {
