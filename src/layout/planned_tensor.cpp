@@ -1,10 +1,11 @@
 // PlannedTensor's views and copies (include/grouplin/checkpoint_layout.hpp).
-#include <cstring>
+#include <algorithm>
+#include <span>
 #include <vector>
 
-#include "core/fp8.hpp"
+#include "core/storage_stats.hpp"
 #include "grouplin/checkpoint_layout.hpp"
-#include "layout/rearrange.hpp"
+#include "layout/planned_reader.hpp"
 
 namespace grouplin {
 namespace {
@@ -27,14 +28,8 @@ std::vector<Tensor> piece_range(const std::vector<Tensor>& pieces, int64_t begin
   return out;
 }
 
-// Copies the pieces' bytes, in order, into `dst` (which holds exactly that many).
-void gather(const std::vector<Tensor>& pieces, std::byte* dst) {
-  for (const Tensor& p : pieces) {
-    if (p.nbytes() == 0) continue;
-    std::memcpy(dst, p.data(), p.nbytes());
-    dst += p.nbytes();
-  }
-}
+// Values converted to another dtype are staged this many bytes at a time.
+constexpr int64_t kCopyChunkBytes = int64_t{256} << 10;
 
 }  // namespace
 
@@ -69,44 +64,28 @@ void PlannedTensor::copy_to(Tensor& dst) const {
                                               shape_to_string(shape) + " into " +
                                               shape_to_string(dst.shape()));
   }
+  // The plan's one executor (layout/planned_reader.hpp) over memory: straight into dst when it
+  // has the planned dtype, else a chunk at a time through a staging buffer, converted as
+  // Tensor::copy_from converts. Either way each byte of dst is counted as copied once (the load
+  // tests' instrumentation, core/storage_stats.hpp), and nothing is allocated as a Storage.
+  if (dst.numel() == 0) return;
+  const layout::MemoryPieces memory;
+  layout::PlannedReader reader(memory, *this);
   Tensor flat = dst.reshape({dst.numel()});
-  if (dequantize) {
-    // Matrix by matrix: codes and scales gathered, values computed in F32, copied (and rounded
-    // to dst's dtype) into place. Rounding F32 once is the rule, whatever dst's float type.
-    const Dequantization& d = *dequantize;
-    const int64_t block = d.rows * d.cols;
-    const int64_t scale_block = d.scale_rows() * d.scale_cols();
-    std::vector<std::byte> codes(static_cast<size_t>(block));
-    std::vector<std::byte> scales(static_cast<size_t>(scale_block) * dtype_size(d.scale_dtype));
-    Tensor values = Tensor::zeros({block}, DType::F32);
-    for (int64_t m = 0; m * block < dst.numel(); ++m) {
-      gather(piece_range(pieces, m * block, block), codes.data());
-      gather(piece_range(d.scales, m * scale_block, scale_block), scales.data());
-      core::dequantize_rows(
-          {codes.data(), d.codes, scales.data(), d.scale_dtype, d.cols, d.block_rows, d.block_cols},
-          0, d.rows, values.mutable_data(), DType::F32);
-      flat.rows(m * block, block).copy_from(values);
-    }
+  if (dst.dtype() == dtype) {
+    reader.read(std::span(flat.mutable_data(), static_cast<size_t>(flat.nbytes())));
+    detail::count_copied_bytes(flat.nbytes());
     return;
   }
-  if (!rearrange) {
-    int64_t at = 0;
-    for (const Tensor& piece : pieces) {
-      flat.rows(at, piece.numel()).copy_from(piece);
-      at += piece.numel();
-    }
-    return;
-  }
-  // Block by block (one expert each): gathered, moved into the target form, then copied (and
-  // converted, when dst has another float dtype) into place.
-  const int64_t block = rearrange->rows * rearrange->cols;
-  const size_t esize = dtype_size(dtype);
-  std::vector<std::byte> stored(static_cast<size_t>(block) * esize);
-  Tensor moved = Tensor::zeros({block}, dtype);
-  for (int64_t at = 0; at < dst.numel(); at += block) {
-    gather(piece_range(pieces, at, block), stored.data());
-    layout::rearrange_block(stored.data(), moved.mutable_data(), *rearrange, esize);
-    flat.rows(at, block).copy_from(moved);
+  const auto esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t chunk = std::min(dst.numel(), std::max<int64_t>(1, kCopyChunkBytes / esize));
+  std::vector<std::byte> staging(static_cast<size_t>(chunk * esize));
+  const Tensor buffer =
+      Tensor::view_of(Storage::wrap(staging.data(), staging.size(), nullptr), 0, {chunk}, dtype);
+  for (int64_t at = 0; at < dst.numel(); at += chunk) {
+    const int64_t n = std::min(chunk, dst.numel() - at);
+    reader.read(std::span(staging.data(), static_cast<size_t>(n * esize)));
+    flat.rows(at, n).copy_from(buffer.rows(0, n));
   }
 }
 

@@ -28,6 +28,7 @@
 #include "grouplin/state_dict.hpp"
 #include "io/checkpoints/checkpoint_dir.hpp"
 #include "io/formats/safetensors_header.hpp"
+#include "layout/planned_reader.hpp"
 
 namespace grouplin::detail {
 
@@ -36,7 +37,7 @@ namespace grouplin::detail {
 // tensors, which then depends on their names alone, not on how they were sharded.
 bool natural_less(std::string_view a, std::string_view b);
 
-class CheckpointSource {
+class CheckpointSource : public layout::PieceSource {
  public:
   // One open input file.
   struct File {
@@ -96,7 +97,7 @@ class CheckpointSource {
   // Throws Error(IoError) on a read error, Error(Truncated) if the file ends early (it shrank
   // since open()); both name the file, the input tensor and its byte range, and the byte where
   // reading stopped. Requires: at + dst.size() <= t.nbytes().
-  void read(const Tensor& t, uint64_t at, std::span<std::byte> dst) const;
+  void read(const Tensor& t, uint64_t at, std::span<std::byte> dst) const override;
 
  private:
   CheckpointSource() = default;

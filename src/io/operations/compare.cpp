@@ -11,8 +11,8 @@
 
 #include "grouplin/error.hpp"
 #include "io/checkpoints/checkpoint_source.hpp"
-#include "io/operations/planned_reader.hpp"
 #include "layout/plan.hpp"
+#include "layout/planned_reader.hpp"
 
 namespace grouplin {
 namespace {
@@ -126,7 +126,7 @@ class JoinedReader {
     }
     while (!dst.empty()) {
       if (!reader_ || reader_->left() == 0) {
-        reader_ = std::make_unique<detail::PlannedReader>(src_, *parts_.at(next_++));
+        reader_ = std::make_unique<layout::PlannedReader>(src_, *parts_.at(next_++));
         continue;
       }
       const size_t len = static_cast<size_t>(std::min<uint64_t>(dst.size(), reader_->left()));
@@ -142,7 +142,7 @@ class JoinedReader {
     const size_t esize = dtype_size(t.dtype);
     const auto rows = static_cast<size_t>(t.shape.at(0)), cols = static_cast<size_t>(t.shape.at(1));
     std::vector<std::byte> stored(t.nbytes());
-    detail::PlannedReader(src_, t).read(stored);
+    layout::PlannedReader(src_, t).read(stored);
     turned_.resize(stored.size());
     for (size_t r = 0; r < rows; ++r) {
       for (size_t c = 0; c < cols; ++c) {
@@ -156,7 +156,7 @@ class JoinedReader {
   const std::vector<const PlannedTensor*>& parts_;
   const bool transposed_;
   size_t next_ = 0;
-  std::unique_ptr<detail::PlannedReader> reader_;
+  std::unique_ptr<layout::PlannedReader> reader_;
   std::vector<std::byte> turned_;
   size_t turned_at_ = 0;
 };

@@ -7,7 +7,7 @@
 
 #include "grouplin/error.hpp"
 #include "io/formats/zip.hpp"
-#include "io/operations/planned_reader.hpp"
+#include "layout/planned_reader.hpp"
 
 namespace grouplin::detail {
 namespace {
@@ -75,7 +75,7 @@ void TensorStream::read_all() {
       }
       pos = start;
       uint32_t crc = 0;
-      PlannedReader reader(src_, tensors_[k]);
+      layout::PlannedReader reader(src_, tensors_[k]);
       while (reader.left() > 0) {
         if (slot == nullptr) {
           if ((slot = acquire()) == nullptr) return;

@@ -1,10 +1,12 @@
-// Private: the bytes of one planned tensor, front to back, from the files of a checkpoint: what
-// a conversion writes and what verify compares.
+// Private: the one executor of a plan: the bytes of one planned tensor, front to back, from where
+// its pieces' bytes live: the files of a checkpoint (CheckpointSource, pread: what a conversion
+// writes and what verify compares) or memory (MemoryPieces: PlannedTensor::copy_to, what
+// load_state_dict copies).
 //
-//   detail::PlannedReader r(src, plan.tensors[k]);
+//   layout::PlannedReader r(src, plan.tensors[k]);
 //   while (r.left() > 0) r.read(std::span(buffer.data(), std::min(buffer.size(), r.left())));
 //
-// Plain pieces are read with CheckpointSource::read straight into the caller's buffer. A
+// Plain pieces are read by the source straight into the caller's buffer. A
 // rearranged tensor (transposed or interleaved experts) is read one block (one expert's matrix)
 // at a time into a buffer, moved into its target form in a second one, and served from there:
 // two blocks of memory, whatever the tensor's size. A dequantized tensor is read the same way, a
@@ -18,14 +20,28 @@
 #include <vector>
 
 #include "grouplin/checkpoint_layout.hpp"
-#include "io/checkpoints/checkpoint_source.hpp"
 
-namespace grouplin::detail {
+namespace grouplin::layout {
+
+// Where the bytes of a plan's pieces live.
+class PieceSource {
+ public:
+  virtual ~PieceSource() = default;
+  // Copies bytes [at, at + dst.size()) of `piece` into `dst`. Throws what the source's reads
+  // throw. Requires: at + dst.size() <= piece.nbytes().
+  virtual void read(const Tensor& piece, uint64_t at, std::span<std::byte> dst) const = 0;
+};
+
+// Pieces whose bytes are in memory (their tensors' data): memcpy.
+class MemoryPieces : public PieceSource {
+ public:
+  void read(const Tensor& piece, uint64_t at, std::span<std::byte> dst) const override;
+};
 
 class PlannedReader {
  public:
   // `src` and `t` must outlive the reader.
-  PlannedReader(const CheckpointSource& src, const PlannedTensor& t);
+  PlannedReader(const PieceSource& src, const PlannedTensor& t);
 
   // Bytes not read yet.
   uint64_t left() const { return total_ - done_; }
@@ -37,7 +53,7 @@ class PlannedReader {
   void read_pieces(uint64_t at, std::span<std::byte> dst);  // bytes [at, ...) of the pieces
   void read_dequantized(std::span<std::byte> dst);
 
-  const CheckpointSource& src_;
+  const PieceSource& src_;
   const PlannedTensor& t_;
   uint64_t total_ = 0;
   uint64_t done_ = 0;
@@ -53,4 +69,4 @@ class PlannedReader {
   uint64_t piece_at_ = 0;
 };
 
-}  // namespace grouplin::detail
+}  // namespace grouplin::layout

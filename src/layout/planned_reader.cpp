@@ -1,4 +1,5 @@
-#include "io/operations/planned_reader.hpp"
+// The one executor of a plan (layout/planned_reader.hpp).
+#include "layout/planned_reader.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,14 +7,14 @@
 #include "core/fp8.hpp"
 #include "layout/rearrange.hpp"
 
-namespace grouplin::detail {
+namespace grouplin::layout {
 namespace {
 
 // Values of about this many bytes are computed at a time from a dequantized tensor.
 constexpr int64_t kDequantizedChunkBytes = int64_t{4} << 20;
 
 // Bytes [at, at + dst.size()) of `pieces` taken one after the other.
-void read_range(const CheckpointSource& src, const std::vector<Tensor>& pieces, uint64_t at,
+void read_range(const PieceSource& src, const std::vector<Tensor>& pieces, uint64_t at,
                 std::span<std::byte> dst) {
   for (const Tensor& p : pieces) {
     if (dst.empty()) return;
@@ -30,7 +31,11 @@ void read_range(const CheckpointSource& src, const std::vector<Tensor>& pieces, 
 
 }  // namespace
 
-PlannedReader::PlannedReader(const CheckpointSource& src, const PlannedTensor& t)
+void MemoryPieces::read(const Tensor& piece, uint64_t at, std::span<std::byte> dst) const {
+  if (!dst.empty()) std::memcpy(dst.data(), piece.data() + at, dst.size());
+}
+
+PlannedReader::PlannedReader(const PieceSource& src, const PlannedTensor& t)
     : src_(src), t_(t), total_(t.nbytes()) {
   if (t.rearrange) {
     block_bytes_ = layout::block_bytes(*t.rearrange, dtype_size(t.dtype));
@@ -133,4 +138,4 @@ void PlannedReader::read(std::span<std::byte> dst) {
   }
 }
 
-}  // namespace grouplin::detail
+}  // namespace grouplin::layout
