@@ -116,6 +116,32 @@ void PlannedReader::read_pieces(uint64_t at, std::span<std::byte> dst) {
   }
 }
 
+void PlannedReader::visit(size_t max_bytes,
+                          const std::function<void(std::span<const std::byte>)>& fn) {
+  const size_t esize = dtype_size(t_.dtype);
+  max_bytes = std::max(esize, max_bytes / esize * esize);
+  const bool plain = !t_.dequantize && !t_.rearrange;
+  if (plain && !t_.pieces.empty() && src_.direct(t_.pieces.front()) != nullptr) {
+    uint64_t at = 0;  // first byte of the current piece
+    for (const Tensor& p : t_.pieces) {
+      const uint64_t end = at + p.nbytes();
+      for (uint64_t b = std::max(at, done_); b < end; b += max_bytes) {
+        const auto n = static_cast<size_t>(std::min<uint64_t>(max_bytes, end - b));
+        fn(std::span(src_.direct(p) + (b - at), n));
+        done_ = b + n;
+      }
+      at = end;
+    }
+    return;
+  }
+  std::vector<std::byte> buffer(static_cast<size_t>(std::min<uint64_t>(max_bytes, left())));
+  while (left() > 0) {
+    const auto n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), left()));
+    read(std::span(buffer.data(), n));
+    fn(std::span<const std::byte>(buffer.data(), n));
+  }
+}
+
 void PlannedReader::read(std::span<std::byte> dst) {
   if (t_.dequantize) return read_dequantized(dst);
   if (!t_.rearrange) {

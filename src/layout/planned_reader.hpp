@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -30,12 +31,18 @@ class PieceSource {
   // Copies bytes [at, at + dst.size()) of `piece` into `dst`. Throws what the source's reads
   // throw. Requires: at + dst.size() <= piece.nbytes().
   virtual void read(const Tensor& piece, uint64_t at, std::span<std::byte> dst) const = 0;
+  // The piece's bytes themselves when the source holds them in memory, else nullptr.
+  virtual const std::byte* direct(const Tensor& piece) const {
+    (void)piece;
+    return nullptr;
+  }
 };
 
 // Pieces whose bytes are in memory (their tensors' data): memcpy.
 class MemoryPieces : public PieceSource {
  public:
   void read(const Tensor& piece, uint64_t at, std::span<std::byte> dst) const override;
+  const std::byte* direct(const Tensor& piece) const override { return piece.data(); }
 };
 
 class PlannedReader {
@@ -48,6 +55,10 @@ class PlannedReader {
   // Fills `dst` with the next dst.size() bytes. Throws as CheckpointSource::read.
   // Requires: dst.size() <= left().
   void read(std::span<std::byte> dst);
+  // Calls `fn` with all the bytes not read yet, front to back, in chunks of at most `max_bytes`
+  // (whole elements): a plain tensor's pieces themselves where the source holds them in memory,
+  // else bytes read into a buffer. Throws what read throws, and what `fn` throws.
+  void visit(size_t max_bytes, const std::function<void(std::span<const std::byte>)>& fn);
 
  private:
   void read_pieces(uint64_t at, std::span<std::byte> dst);  // bytes [at, ...) of the pieces

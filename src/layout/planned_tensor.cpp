@@ -65,9 +65,10 @@ void PlannedTensor::copy_to(Tensor& dst) const {
                                               shape_to_string(dst.shape()));
   }
   // The plan's one executor (layout/planned_reader.hpp) over memory: straight into dst when it
-  // has the planned dtype, else a chunk at a time through a staging buffer, converted as
-  // Tensor::copy_from converts. Either way each byte of dst is counted as copied once (the load
-  // tests' instrumentation, core/storage_stats.hpp), and nothing is allocated as a Storage.
+  // has the planned dtype, else a chunk at a time (the pieces themselves where they are plain),
+  // converted as Tensor::copy_from converts. Either way each byte of dst is counted as copied once
+  // (the load tests' instrumentation, core/storage_stats.hpp), and nothing is allocated as a
+  // Storage.
   if (dst.numel() == 0) return;
   const layout::MemoryPieces memory;
   layout::PlannedReader reader(memory, *this);
@@ -78,15 +79,14 @@ void PlannedTensor::copy_to(Tensor& dst) const {
     return;
   }
   const auto esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t chunk = std::min(dst.numel(), std::max<int64_t>(1, kCopyChunkBytes / esize));
-  std::vector<std::byte> staging(static_cast<size_t>(chunk * esize));
-  const Tensor buffer =
-      Tensor::view_of(Storage::wrap(staging.data(), staging.size(), nullptr), 0, {chunk}, dtype);
-  for (int64_t at = 0; at < dst.numel(); at += chunk) {
-    const int64_t n = std::min(chunk, dst.numel() - at);
-    reader.read(std::span(staging.data(), static_cast<size_t>(n * esize)));
-    flat.rows(at, n).copy_from(buffer.rows(0, n));
-  }
+  int64_t at = 0;
+  reader.visit(kCopyChunkBytes, [&](std::span<const std::byte> bytes) {
+    const auto n = static_cast<int64_t>(bytes.size()) / esize;
+    const Tensor chunk =
+        Tensor::view_of(Storage::wrap(bytes.data(), bytes.size(), nullptr), 0, {n}, dtype);
+    flat.rows(at, n).copy_from(chunk);
+    at += n;
+  });
 }
 
 }  // namespace grouplin
