@@ -34,6 +34,11 @@ class Storage {
   // A read-only alias of `source`'s bytes that keeps it alive and reports its generation()
   // (Tensor::read_only).
   static std::shared_ptr<Storage> read_only_alias(std::shared_ptr<Storage> source);
+  // Bytes [offset, offset + nbytes) of `base`, without a copy, writable when `base` is, keeping
+  // `base` alive; it knows where it lies in its root (root(), root_offset()). Throws
+  // Error(OutOfBounds) for a range outside `base`.
+  static std::shared_ptr<Storage> slice(std::shared_ptr<Storage> base, size_t offset,
+                                        size_t nbytes);
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -54,6 +59,11 @@ class Storage {
   // Starts a new generation(): the bytes were written some other way.
   void mark_written();
 
+  // The storage whose bytes these are (this one, unless made by slice() or read_only_alias()),
+  // and where they start in it: what a reader keeps to know a tensor's place in its file.
+  const Storage* root() const { return root_ != nullptr ? root_ : this; }
+  size_t root_offset() const { return root_offset_; }
+
  private:
   Storage(std::byte* data, size_t size, bool owned, bool writable,
           std::shared_ptr<const void> owner);
@@ -64,7 +74,9 @@ class Storage {
   bool writable_;  // mutable_data() hands out a pointer
   std::shared_ptr<const void> owner_;
   std::atomic<uint64_t> generation_;
-  Storage* alias_of_ = nullptr;  // read_only_alias: whose generation this reports
+  Storage* alias_of_ = nullptr;    // read_only_alias: whose generation this reports
+  const Storage* root_ = nullptr;  // slice, read_only_alias: the storage these bytes are of
+  size_t root_offset_ = 0;
 };
 
 }  // namespace grouplin

@@ -80,9 +80,30 @@ std::shared_ptr<Storage> Storage::read_only_alias(std::shared_ptr<Storage> sourc
   Storage* of = source->alias_of_ != nullptr ? source->alias_of_ : source.get();
   const std::byte* data = source->data();
   const size_t size = source->size();
+  const Storage* root = source->root();
+  const size_t root_offset = source->root_offset();
   std::shared_ptr<Storage> alias = wrap(data, size, std::move(source));
   alias->alias_of_ = of;
+  alias->root_ = root;
+  alias->root_offset_ = root_offset;
   return alias;
+}
+
+std::shared_ptr<Storage> Storage::slice(std::shared_ptr<Storage> base, size_t offset,
+                                        size_t nbytes) {
+  if (offset > base->size() || nbytes > base->size() - offset) {
+    throw Error(ErrorCode::OutOfBounds, "slice of bytes [" + std::to_string(offset) + ", +" +
+                                            std::to_string(nbytes) + ") of a storage of " +
+                                            std::to_string(base->size()) + " bytes");
+  }
+  const Storage* root = base->root();
+  const size_t root_offset = base->root_offset() + offset;
+  std::byte* data = base->data_ + offset;
+  const bool writable = base->writable();
+  std::shared_ptr<Storage> s(new Storage(data, nbytes, false, writable, std::move(base)));
+  s->root_ = root;
+  s->root_offset_ = root_offset;
+  return s;
 }
 
 std::byte* Storage::mutable_data() {

@@ -86,6 +86,26 @@ TEST(TensorTest, FromF32RoundsToTheTargetDType) {
   expect_error([&] { Tensor::from_f32({3}, v); }, ErrorCode::ShapeMismatch, "[3]");
 }
 
+// A slice of a storage knows its place in the root storage, through slices of slices and
+// read-only aliases (what a checkpoint source reads a tensor's file offset from).
+TEST(StorageTest, SlicesKnowTheirPlaceInTheirRoot) {
+  std::shared_ptr<Storage> file = Storage::allocate(64);
+  EXPECT_EQ(file->root(), file.get());
+  EXPECT_EQ(file->root_offset(), 0u);
+  std::shared_ptr<Storage> record = Storage::slice(file, 16, 32);
+  std::shared_ptr<Storage> inner = Storage::slice(record, 8, 8);
+  EXPECT_EQ(inner->root(), file.get());
+  EXPECT_EQ(inner->root_offset(), 24u);
+  EXPECT_EQ(inner->data(), file->data() + 24);
+  EXPECT_TRUE(inner->writable());
+  std::shared_ptr<Storage> alias = Storage::read_only_alias(inner);
+  EXPECT_EQ(alias->root(), file.get());
+  EXPECT_EQ(alias->root_offset(), 24u);
+  EXPECT_FALSE(Storage::slice(alias, 0, 8)->writable());
+  EXPECT_THROW(Storage::slice(record, 30, 4), Error);
+  EXPECT_EQ(Storage::slice(record, 32, 0)->size(), 0u);
+}
+
 TEST(TensorTest, ViewOfChecksBoundsWithoutOverflow) {
   auto s = Storage::allocate(64);
   Tensor ok = Tensor::view_of(s, 48, {4}, DType::F32);  // bytes 48..64: exactly fits

@@ -142,7 +142,8 @@ CheckpointSource::FileContents CheckpointSource::open_file(const std::string& pa
   }
   FileContents c;
   c.format = detect_format(path);
-  std::shared_ptr<Storage> bytes = file.mapping->storage(0, file.mapping->size());
+  file.bytes = file.mapping->storage(0, file.mapping->size());
+  const std::shared_ptr<Storage>& bytes = file.bytes;
   if (c.format == CheckpointFormat::Pt) {
     PtReadOptions with_notes = pt_options;
     with_notes.notes = &c.notes;
@@ -185,14 +186,12 @@ bool CheckpointSource::holds_file(dev_t device, ino_t inode) const {
 
 std::optional<std::pair<const CheckpointSource::File*, uint64_t>> CheckpointSource::locate(
     const Tensor& t) const {
-  // Pointer comparison across allocations is done on integers: the reader's copies are separate
-  // heap blocks, never inside a mapping.
-  const auto p = reinterpret_cast<uintptr_t>(t.data());
+  if (!t.storage()) return std::nullopt;
+  const Storage* root = t.storage()->root();
   for (const File& f : files_) {
-    const auto begin = reinterpret_cast<uintptr_t>(f.mapping->data());
-    const size_t size = f.mapping->size();
-    if (p >= begin && p - begin <= size && t.nbytes() <= size - (p - begin)) {
-      return std::make_pair(&f, static_cast<uint64_t>(p - begin));
+    if (f.bytes.get() == root) {
+      return std::make_pair(&f,
+                            static_cast<uint64_t>(t.storage()->root_offset() + t.storage_offset()));
     }
   }
   return std::nullopt;

@@ -47,6 +47,9 @@ class CheckpointSource : public layout::PieceSource {
     dev_t device = 0;  // identity of the open file, to recognise it under another name
     ino_t inode = 0;
     std::shared_ptr<MappedFile> mapping;
+    // The storage of the whole mapping: the root (Storage::root) of every tensor the readers made
+    // as a view of this file, whose root_offset is then its place in the file.
+    std::shared_ptr<Storage> bytes;
   };
 
   // Opens, maps and validates `path`: a file (format detected by content) or a checkpoint
@@ -89,7 +92,8 @@ class CheckpointSource : public layout::PieceSource {
   bool holds_file(dev_t device, ino_t inode) const;
 
   // The file holding `t` and the offset of its first byte there, when its bytes are in a file
-  // (a view of a mapping); nullopt when they are in memory a reader allocated.
+  // (a view the readers made of the file's storage: its Storage::root and root offset say so);
+  // nullopt when they are in memory a reader allocated.
   std::optional<std::pair<const File*, uint64_t>> locate(const Tensor& t) const;
 
   // Copies bytes [at, at + dst.size()) of `t` into `dst`: pread from its file (never through the

@@ -391,11 +391,10 @@ std::span<const std::byte> ZipReader::bytes(const Entry& entry) const {
 }
 
 std::shared_ptr<Storage> ZipReader::storage(const Entry& entry) const {
-  const auto size = static_cast<size_t>(entry.size);
-  // Writable only over writable bytes (a copy-on-write mapping): as the archive's own storage.
-  if (file_->writable())
-    return Storage::wrap_writable(file_->mutable_data() + entry.data_offset, size, file_);
-  return Storage::wrap(file_->data() + entry.data_offset, size, file_);
+  // Writable only over writable bytes (a copy-on-write mapping), as the archive's own storage; it
+  // knows its place in the file (Storage::root_offset).
+  return Storage::slice(file_, static_cast<size_t>(entry.data_offset),
+                        static_cast<size_t>(entry.size));
 }
 
 void ZipReader::check_crc(const Entry& entry) const {
