@@ -33,7 +33,9 @@ constexpr uint16_t kMax16 = 0xFFFFu;
 constexpr uint16_t kEncryptionFlags = 0x0001 | 0x0040 | 0x2000;
 constexpr uint16_t kDataDescriptorFlag = 0x0008;
 
-// CRC-32 tables for slice-by-8: kCrcTables[k][b] is the CRC of byte b followed by k zero bytes.
+#ifndef GROUPLIN_HAVE_LIBDEFLATE
+// CRC-32 tables for slice-by-8 (builds without libdeflate): kCrcTables[k][b] is the CRC of byte
+// b followed by k zero bytes.
 struct CrcTables {
   std::array<std::array<uint32_t, 256>, 8> t{};
 };
@@ -55,6 +57,7 @@ constexpr CrcTables make_crc_tables() {
 }
 
 constexpr CrcTables kCrcTables = make_crc_tables();
+#endif
 
 uint16_t le16(const std::byte* p) {
   return static_cast<uint16_t>(std::to_integer<uint16_t>(p[0]) |
