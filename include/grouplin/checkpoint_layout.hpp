@@ -107,6 +107,10 @@ struct UnconfirmedStack {
   std::string name;    // the stacked tensor: "model.layers.0.mlp.experts.weight"
   std::string needs;   // the entry that would confirm it: "model.layers.0.mlp.experts._extra_state"
   std::string rules;   // the set that would take it: "te"
+
+  // Why it was not taken and how to take it, for messages: "named as the stacked weight of rules
+  // \"te\", but without ... beside it, it may be a convolution; ... (--rules te)".
+  std::string reason() const;
 };
 
 // What a scan found: the consistent grouped modules, in the order of their first entry in the

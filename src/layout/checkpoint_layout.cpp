@@ -108,9 +108,9 @@ ResolvedRules resolve(const StateDict& dict, const PlanOptions& o) {
   }
   out.explicit_rules = true;
   std::vector<LayoutRules> rules = o.rules;
-  auto is_te = [](const LayoutRules& r) { return r.grouped_linear_names; };
+  auto names_sets = [](const LayoutRules& r) { return r.grouped_linear_names; };
   auto stacked_only = [](const LayoutRules& r) { return r.per_expert == PerExpertForm::TeOnly; };
-  out.te_names = std::any_of(rules.begin(), rules.end(), is_te);
+  out.te_names = std::any_of(rules.begin(), rules.end(), names_sets);
   if (out.te_names && std::none_of(rules.begin(), rules.end(), stacked_only)) {
     // te alone for a stacked-only family named by config.json: that family, under TE names.
     if (std::optional<std::string> f = rules_for_model_type(o.model_type)) {
@@ -120,7 +120,7 @@ ResolvedRules resolve(const StateDict& dict, const PlanOptions& o) {
   }
   if (out.te_names && std::any_of(rules.begin(), rules.end(), stacked_only)) {
     // Then te asks for names; it is not a set of its own.
-    rules.erase(std::remove_if(rules.begin(), rules.end(), is_te), rules.end());
+    rules.erase(std::remove_if(rules.begin(), rules.end(), names_sets), rules.end());
   }
   out.sets = compiled(rules);
   return out;
@@ -150,13 +150,7 @@ bool needs_declaration(const FoundModule& f, const CompiledRules& set, const Mod
   throw Error(ErrorCode::NoGroupedModules,
               "no grouped module found: " + quote(u.name) + " " +
                   shape_to_string(dict.at(u.name).shape()) +
-                  (more ? " (and " + std::to_string(more) + " more)" : "") +
-                  " is named as the stacked weight of rules " + quote(u.rules) +
-                  ", but alone, without " + quote(u.needs) +
-                  " beside it nor a declaration in safetensors metadata (" + kDeclaredModulesKey +
-                  "), it may be a convolution; if it holds experts, ask for the rules by name "
-                  "(--rules " +
-                  u.rules + ")");
+                  (more ? " (and " + std::to_string(more) + " more)" : "") + " is " + u.reason());
 }
 
 // A family transformers knows but GroupLin cannot convert exactly has no per-expert form to
@@ -260,6 +254,14 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
 }
 
 }  // namespace layout
+
+std::string UnconfirmedStack::reason() const {
+  return "named as the stacked weight of rules " + quote(rules) + ", but without " + quote(needs) +
+         ", a stacked bias or scales beside it, nor a declaration in safetensors metadata (" +
+         kDeclaredModulesKey +
+         "), it may be a convolution; if it holds experts, ask for the rules by name (--rules " +
+         rules + ")";
+}
 
 std::vector<std::string> declared_modules(const std::map<std::string, std::string>& metadata,
                                           const std::string& source) {

@@ -384,11 +384,7 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
          quote(u.name) +
              (more ? " and " + std::to_string(more) + " more stacked tensor(s) left as they are"
                    : " left as it is") +
-             ": named as the stacked weight of rules " + quote(u.rules) + ", but without " +
-             quote(u.needs) +
-             ", a stacked bias, scales or a declaration beside it, it may be a convolution; "
-             "if it holds experts, ask for the rules by name (--rules " +
-             u.rules + ")"});
+             ": " + u.reason()});
   }
   if (*format == CheckpointFormat::Pt && !plan.to_declare.empty()) {
     std::string rules;
