@@ -151,6 +151,15 @@ def test_convert_between_layouts_is_exact(tmp_path, rng, fmt, bias):
     np.testing.assert_array_equal(got["layers.0.experts.weight"],
                                   np.stack([sd[f"layers.0.experts.weight{i}"] for i in range(4)]))
     np.testing.assert_array_equal(got["embed.weight"], sd["embed.weight"])
+    if fmt == "safetensors":  # the reference reader takes the output, declaration included
+        from safetensors import safe_open
+        with safe_open(str(single), "np") as f:
+            declared = (f.metadata() or {}).get("grouplin.grouped_modules")
+            assert declared == (None if bias else '["layers.0.experts."]')
+        ref = safetensors.numpy.load_file(str(single))
+        assert ref.keys() == got.keys()
+        for name, value in ref.items():
+            assert value.tobytes() == got[name].tobytes()
     rules = "te" if fmt == "pt" and not bias else None
     assert grouplin.verify(src, single, rules=rules).same
     back = tmp_path / f"back.{fmt}"
