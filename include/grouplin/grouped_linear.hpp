@@ -140,8 +140,9 @@ class GroupedLinear : public Module {
   Tensor expert_main_grad(int64_t i) const;
 
  protected:
-  // Accepts per-expert or single-layout entries whatever this module's layout
-  // (load_state_dict.hpp); _extra_state is optional.
+  // Claims its own entries by name, in the form the load planner wrote them for this module
+  // (per-expert or single, whatever the checkpoint's layout: load_state_dict.hpp); _extra_state
+  // is optional.
   void plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan) override;
 
  private:

@@ -64,7 +64,9 @@ struct DTypeConversion {
 };
 
 struct LoadReport {
-  std::vector<std::string> loaded;      // source keys whose values were loaded
+  // Source keys whose values were loaded (the experts of a module list gathered into one stacked
+  // tensor: that tensor's name in transformers v5's fused form).
+  std::vector<std::string> loaded;
   std::vector<std::string> missing;     // expected keys the source lacked
   std::vector<std::string> unexpected;  // source keys (under the prefix) no module claimed
   // Optional entries the source lacked, kept as they were: a GroupedLinear's _extra_state

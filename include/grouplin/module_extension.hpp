@@ -26,7 +26,9 @@
 //   scale.load_state_dict(old);  // BF16 "scale" into F32 "gamma"
 #pragma once
 
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grouplin/checkpoint_layout.hpp"
@@ -46,8 +48,10 @@ class LoadPlan {
   // The key belongs to some module (so it is not unexpected), loaded or not.
   void claim(const std::string& key);
   bool claimed(const std::string& key) const;
+  // An expected key the source lacks (not reported when a problem already accounts for it).
   void add_missing(const std::string& key);
-  // A problem with `key` (the dotted key it concerns); every problem is reported together.
+  // A problem with `key` (the dotted key it concerns); every problem is reported together, each
+  // once.
   void add_problem(ErrorCode code, const std::string& key, std::string message);
   // An optional entry (a buffer registered as optional) the source lacks: reported, no error.
   void add_absent(const std::string& key) { report_.absent.push_back(key); }
@@ -84,12 +88,18 @@ class LoadPlan {
     bool adopt;
   };
   bool check_compatible(const std::string& key, const PlannedTensor& src, const Tensor& dst);
+  // The source's name for the entry the modules see as `key` (an expert of a stacked entry is
+  // reported as that entry).
+  const std::string& source_key(const std::string& key) const;
 
+  friend class Module;  // load_state_dict hands over what fitting the source found
   LoadOptions options_;
   LoadReport report_;
   std::vector<Write> writes_;
   std::vector<Problem> problems_;
   std::vector<std::string> claimed_;
+  std::set<std::string> covered_;                         // keys a problem accounts for
+  std::unordered_map<std::string, std::string> origins_;  // module key -> source key
 };
 
 }  // namespace grouplin

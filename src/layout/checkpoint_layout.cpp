@@ -179,8 +179,8 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
   ModuleScan ms = scan_modules(dict, rules.sets, rules.explicit_rules, options.declared_modules);
   for (size_t i = 0; i < ms.scan.problems.size(); ++i) {
     // A broken candidate already named as GroupedLinear loads (te's names) is left as it is for
-    // Load: the module it loads into knows its expert count and reports against that (a partial
-    // set of a non-strict load then loads the experts it has).
+    // Load: fit_load_targets checks it against the expert count of the module it loads into (a
+    // partial set of a non-strict load then loads the experts it has).
     const size_t s = ms.problem_sets[i];
     const bool loads_as_named =
         target == Target::Load && s < rules.sets.size() && rules.sets[s].rules.grouped_linear_names;

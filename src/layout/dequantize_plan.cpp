@@ -15,7 +15,8 @@ namespace {
 
 bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
 
-// The dequantization of `codes` by `scales`, or Error(ScaleShapeMismatch).
+}  // namespace
+
 Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scales) {
   Dequantization d;
   d.codes = codes.dtype;
@@ -51,8 +52,6 @@ Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scale
                   quote(scales.name) + " has shape " + shape_to_string(scales.shape) +
                   "; its scales would be " + expected);
 }
-
-}  // namespace
 
 size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingScales missing) {
   if (to != DType::F32 && to != DType::BF16 && to != DType::F16) {

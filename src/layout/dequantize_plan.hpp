@@ -18,6 +18,11 @@ enum class MissingScales {
   Keep,    // left as it is, for the caller to refuse or take as codes
 };
 
+// The dequantization of `codes` (a stack of matrices, its last two dims; a tensor of rank below 2
+// is one row) by `scales`: the first block of core::fp8_scale_blocks() whose scale shape fits.
+// Throws Error(ScaleShapeMismatch) naming both when none does.
+Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scales);
+
 // Replaces each F8_E4M3 or F8_E5M2 tensor T that has a tensor named T + "_scale_inv" beside it by
 // T read as values of dtype `to` (F32, BF16 or F16), and drops those scales; returns how many.
 // The block of the scales is the first of fp8_scale_blocks() whose shape fits T's matrices (its

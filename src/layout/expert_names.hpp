@@ -1,6 +1,7 @@
 // Private: the one rule for the names of a grouped module's entries, used by the checkpoint scan
-// (src/layout/checkpoint_layout.cpp) and by GroupedLinear's load (src/nn/grouped_linear_load.cpp)
-// alike, so that a name is an expert entry for both or for neither.
+// (src/layout/checkpoint_layout.cpp), by the load planner (src/layout/load_target.cpp) and by
+// GroupedLinear's names (src/nn/grouped_linear_load.cpp), so that a name is an expert entry for
+// all or for none.
 //
 //   layout::expert_index("weight12", "weight")   // 12
 //   layout::expert_index("weight012", "weight")  // nullopt: not canonical

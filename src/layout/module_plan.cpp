@@ -40,7 +40,7 @@ ModuleTarget module_target(const GroupedModule& g, Target target, bool te_names)
     case Target::Load:
       m.layout = g.stacked_only && rearranged ? ExpertLayout::PerExpert : ExpertLayout::Single;
       m.drop_unit_dims = true;
-      m.keep = g.grouped_linear_names;  // GroupedLinear reads its names in both layouts itself
+      m.keep = g.grouped_linear_names;  // GroupedLinear's names already: fit_load_targets fits them
       break;
   }
   m.to_single_names = g.stacked_only || m.layout == ExpertLayout::Single;

@@ -16,7 +16,7 @@ struct ModuleTarget {
   ExpertLayout layout = ExpertLayout::Single;
   bool to_single_names = true;  // renames applied (else undone)
   bool drop_unit_dims = false;  // [N, 1, out] written as [N, out]
-  bool keep = false;            // written as it is (te modules for Load: GroupedLinear's own)
+  bool keep = false;            // written as it is (Load: modules in GroupedLinear's names)
 };
 
 // Whether `r`'s renames apply toward the single spelling for `target`: always for a stacked-only

@@ -17,8 +17,10 @@ enum class Target {
   Compare,
   // What GroupedLinear loads: stacked in the per-expert orientation ([N, out, in], unit dims
   // dropped) where that is the stored form, TransformerEngine per-expert names (transposed and
-  // de-interleaved) for the stacked-only families that store another. A broken candidate of te's
-  // rules is not an error here: its entries pass as they are, for the module to report.
+  // de-interleaved) for the stacked-only families that store another; modules in GroupedLinear's
+  // own names as they are. A broken candidate of such a set is not an error here: its entries
+  // pass as they are, for fit_load_targets (load_target.hpp) to check against the module's
+  // expert count.
   Load,
 };
 

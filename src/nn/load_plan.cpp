@@ -13,14 +13,26 @@ bool LoadPlan::claimed(const std::string& key) const {
   return std::find(claimed_.begin(), claimed_.end(), key) != claimed_.end();
 }
 
-void LoadPlan::add_missing(const std::string& key) { report_.missing.push_back(key); }
+void LoadPlan::add_missing(const std::string& key) {
+  if (covered_.count(key) == 0) report_.missing.push_back(key);
+}
 
 void LoadPlan::add_problem(ErrorCode code, const std::string& key, std::string message) {
+  // The experts of one stacked entry fail alike (a dtype): one problem for the entry.
+  for (const Problem& p : problems_) {
+    if (p.code == code && p.key == key) return;
+  }
   problems_.push_back({code, key, std::move(message)});
 }
 
-bool LoadPlan::check_compatible(const std::string& key, const PlannedTensor& src,
+const std::string& LoadPlan::source_key(const std::string& key) const {
+  auto it = origins_.find(key);
+  return it == origins_.end() ? key : it->second;
+}
+
+bool LoadPlan::check_compatible(const std::string& module_key, const PlannedTensor& src,
                                 const Tensor& dst) {
+  const std::string& key = source_key(module_key);
   if (src.shape != dst.shape()) {
     add_problem(ErrorCode::ShapeMismatch, key,
                 quote(key) + ": shape " + shape_to_string(src.shape) + ", expected " +
@@ -58,7 +70,7 @@ Tensor target_of(const Module& m, size_t index, int64_t expert) {
 bool LoadPlan::plan_copy(const std::string& key, const PlannedTensor& src, Module& module,
                          size_t param_index, int64_t expert) {
   if (!check_compatible(key, src, target_of(module, param_index, expert))) return false;
-  writes_.push_back({key, src, &module, param_index, expert, false, false});
+  writes_.push_back({source_key(key), src, &module, param_index, expert, false, false});
   return true;
 }
 
@@ -66,7 +78,7 @@ bool LoadPlan::plan_buffer_copy(const std::string& key, const PlannedTensor& src
                                 size_t buffer_index, int64_t expert) {
   const Tensor& buffer = module.buffers()[buffer_index].second;
   if (!check_compatible(key, src, expert >= 0 ? buffer.select(expert) : buffer)) return false;
-  writes_.push_back({key, src, &module, buffer_index, expert, true, false});
+  writes_.push_back({source_key(key), src, &module, buffer_index, expert, true, false});
   return true;
 }
 
@@ -79,7 +91,7 @@ bool LoadPlan::plan_adopt(const std::string& key, const PlannedTensor& src, Modu
   if (src.dtype != dst.dtype() || src.pieces.size() != 1 || src.rearrange || src.dequantize) {
     return plan_copy(key, src, module, param_index);
   }
-  writes_.push_back({key, src, &module, param_index, -1, false, true});
+  writes_.push_back({source_key(key), src, &module, param_index, -1, false, true});
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "grouplin/module.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "grouplin/checkpoint_layout.hpp"
@@ -7,8 +8,10 @@
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
 #include "layout/dequantize_plan.hpp"
+#include "layout/load_target.hpp"
 #include "layout/plan.hpp"
 #include "layout/renames.hpp"
+#include "nn/load_target_of.hpp"
 
 namespace grouplin {
 
@@ -71,12 +74,15 @@ namespace {
 
 // What the modules load from: the entries under the prefix (a broken module elsewhere in a
 // whole-model dict is not this load's), through the same layout rules as convert and inspect, in
-// the form GroupedLinear loads (layout::Target::Load). TransformerEngine's names are that form
-// already; a Hugging Face set's stacked tensor P.gate_up_proj becomes the weight of a
-// GroupedLinear at P.gate_up_proj; a stacked-only family stored transposed arrives under
-// TransformerEngine's per-expert names (P.gate_up_proj.weight{i}), already in [out, in]. What
-// only the module knows (its expert count and shapes) it checks itself (grouped_linear_load.cpp).
-PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
+// the form GroupedLinear loads (layout::Target::Load), then fitted to the GroupedLinears of the
+// tree (layout::fit_load_targets): each finds exactly its own names, checked against its expert
+// count and shapes, and what fitting found goes into `plan`. A Hugging Face set's stacked tensor
+// P.gate_up_proj becomes the weight of a GroupedLinear at P.gate_up_proj; a stacked-only family
+// stored transposed arrives under TransformerEngine's per-expert names (P.gate_up_proj.weight{i}),
+// already in [out, in].
+PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options,
+                            const std::vector<layout::LoadTarget>& targets,
+                            layout::LoadFindings& found) {
   const PlanOptions plan_options{options.rules, options.model_type, options.experts};
   const layout::ResolvedRules rules = layout::resolve(dict, plan_options);
   StateDict under;
@@ -94,35 +100,74 @@ PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options) {
     own = &under;
   }
   ConversionPlan plan = layout::plan(*own, layout::Target::Load, plan_options, rules);
-  // FP8 weights with their scales beside them load as their values (F32, rounded once more only
-  // into a BF16 or F16 parameter: PyTorch's (q.float() * scale).to(dtype)). Without scales they
-  // stay codes, which a float parameter refuses (Fp8ScalesNotApplied).
-  layout::dequantize_plan(plan.tensors, DType::F32, layout::MissingScales::Keep);
   std::unordered_map<std::string, std::string> renames;
   for (const GroupedModule& m : plan.modules) {
     if (m.grouped_linear_names) continue;
     for (const ExpertTensor& t : m.tensors) renames.emplace(t.name, t.name + ".weight");
   }
+  std::unordered_map<std::string, std::string> renamed_from;
   for (PlannedTensor& t : plan.tensors) {
-    if (auto it = renames.find(t.name); it != renames.end()) t.name = it->second;
+    if (auto it = renames.find(t.scale_of); it != renames.end()) t.scale_of = it->second;
+    if (auto it = renames.find(t.name); it != renames.end() && t.scale_of.empty()) {
+      renamed_from.emplace(it->second, t.name);
+      t.name = it->second;
+    }
   }
-  return PlannedDict(std::move(plan.tensors));
+  // FP8 weights with their scales beside them load into a float module as their values (F32,
+  // rounded once more only into a BF16 or F16 parameter: PyTorch's (q.float() * scale).to(dtype)).
+  // Without scales they stay codes, which a float parameter refuses (Fp8ScalesNotApplied). An
+  // FP8 module takes codes and scales as they are.
+  std::vector<PlannedTensor> as_codes, rest;
+  for (PlannedTensor& t : plan.tensors) {
+    const bool fp8_module = std::any_of(targets.begin(), targets.end(), [&](const auto& g) {
+      return g.fp8 && t.name.starts_with(g.prefix);
+    });
+    (fp8_module ? as_codes : rest).push_back(std::move(t));
+  }
+  layout::dequantize_plan(rest, DType::F32, layout::MissingScales::Keep);
+  for (PlannedTensor& t : as_codes) rest.push_back(std::move(t));
+  found = layout::fit_load_targets(rest, targets, options.strict);
+  // Reports name what the source holds (a module list gathered into one stacked tensor: the
+  // name transformers v5 gives it).
+  for (auto& [key, origin] : found.origins) {
+    if (auto it = renamed_from.find(origin); it != renamed_from.end()) origin = it->second;
+  }
+  for (const PlannedTensor& t : rest) {
+    if (auto it = renamed_from.find(t.name); it != renamed_from.end()) {
+      found.origins.emplace(t.name, it->second);
+    }
+  }
+  return PlannedDict(std::move(rest));
 }
 
 }  // namespace
 
 LoadReport Module::load_state_dict(const StateDict& dict, const LoadOptions& options) {
-  const PlannedDict source = source_for_load(dict, options);
+  if (!options.prefix.empty() && options.prefix.back() != '.') {
+    throw Error(ErrorCode::InvalidArgument, "load_state_dict: prefix " + quote(options.prefix) +
+                                                " must be empty or end in '.'");
+  }
+  // The GroupedLinears of the tree tell the planner what they hold.
+  std::vector<layout::LoadTarget> targets;
+  std::function<void(Module&, const std::string&)> find = [&](Module& m, const std::string& pre) {
+    if (const auto* g = dynamic_cast<const GroupedLinear*>(&m)) {
+      targets.push_back(load_target(*g, pre));
+    }
+    for (auto& [name, c] : m.children_) find(*c, pre + name + ".");
+  };
+  find(*this, options.prefix);
+  layout::LoadFindings found;
+  const PlannedDict source = source_for_load(dict, options, targets, found);
   LoadPlan plan(options);
+  plan.problems_ = std::move(found.problems);
+  for (LayoutConversion& c : found.conversions) plan.add_layout_conversion(std::move(c));
+  plan.covered_.insert(found.covered.begin(), found.covered.end());
+  plan.origins_ = std::move(found.origins);
   // Each module plans its own entries exactly once, whichever module the call starts at.
   std::function<void(Module&, const std::string&)> walk = [&](Module& m, const std::string& pre) {
     m.plan_load(source, pre, plan);
     for (auto& [name, c] : m.children_) walk(*c, pre + name + ".");
   };
-  if (!options.prefix.empty() && options.prefix.back() != '.') {
-    throw Error(ErrorCode::InvalidArgument, "load_state_dict: prefix " + quote(options.prefix) +
-                                                " must be empty or end in '.'");
-  }
   walk(*this, options.prefix);
   return plan.execute(source);
 }

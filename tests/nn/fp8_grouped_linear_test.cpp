@@ -3,6 +3,7 @@
 // byte for byte through state_dict and load_state_dict; no weight gradient.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/load_state_dict.hpp"
+#include "grouplin/module.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/micro_kernels.hpp"
 #include "nn/load_test_util.hpp"
@@ -151,6 +153,61 @@ TEST(Fp8GroupedLinear, LoadsCodesAndScalesFromEitherLayout) {
         EXPECT_TRUE(dst.expert_weight(e).bit_equal(src.expert_weight(e))) << e;
         EXPECT_TRUE(dst.expert_weight_scale(e).bit_equal(src.expert_weight_scale(e))) << e;
         EXPECT_TRUE(dst.expert_bias(e).bit_equal(src.expert_bias(e))) << e;
+      }
+    }
+  }
+}
+
+// A transformers FP8 checkpoint (DeepSeek-V3's form: F8_E4M3 codes with 128 x 128 block scales),
+// fused or as module lists, loads into FP8 GroupedLinears as the codes and scales it holds: the
+// planner hands each module its two entries, nothing is dequantized and requantized.
+TEST(Fp8GroupedLinear, LoadsATransformersCheckpointAsCodesAndScales) {
+  constexpr int64_t n = 2, hidden = 256, inter = 128;  // gate and up end on a block boundary
+  auto fp8 = [&](WeightLayout l, int64_t in, int64_t out, uint64_t seed) {
+    GroupedLinearOptions o = testing::gl_options(n, l, seed, false, DType::F8_E4M3, in, out);
+    o.activation_dtype = DType::BF16;
+    return std::make_shared<GroupedLinear>(o);
+  };
+  const auto gate_up = fp8(WeightLayout::Single, hidden, 2 * inter, 1);
+  const auto down = fp8(WeightLayout::Single, inter, hidden, 2);
+  const std::string p = "model.layers.0.mlp.experts.";
+  StateDict fused;
+  fused.insert(p + "gate_up_proj", gate_up->state_dict().at("weight"));
+  fused.insert(p + "gate_up_proj_scale_inv", gate_up->state_dict().at("weight_scale_inv"));
+  fused.insert(p + "down_proj", down->state_dict().at("weight"));
+  fused.insert(p + "down_proj_scale_inv", down->state_dict().at("weight_scale_inv"));
+  StateDict lists;
+  for (int64_t e = 0; e < n; ++e) {
+    const std::string q = p + std::to_string(e) + ".";
+    const Tensor w = gate_up->expert_weight(e), s = gate_up->expert_weight_scale(e);
+    lists.insert(q + "gate_proj.weight", w.rows(0, inter));
+    lists.insert(q + "gate_proj.weight_scale_inv", s.rows(0, 1));
+    lists.insert(q + "up_proj.weight", w.rows(inter, inter));
+    lists.insert(q + "up_proj.weight_scale_inv", s.rows(1, 1));
+    lists.insert(q + "down_proj.weight", down->expert_weight(e));
+    lists.insert(q + "down_proj.weight_scale_inv", down->expert_weight_scale(e));
+  }
+  for (const StateDict* sd : {&fused, &lists}) {
+    for (WeightLayout l : kLayouts) {
+      SCOPED_TRACE(std::string(sd == &fused ? "fused" : "module lists") + " into " +
+                   std::string(layout_name(l)));
+      Sequential root;
+      const auto gu = fp8(l, hidden, 2 * inter, 3), dn = fp8(l, inter, hidden, 4);
+      root.add_child("gate_up_proj", gu);
+      root.add_child("down_proj", dn);
+      const LoadReport r = root.load_state_dict(*sd, {.prefix = p});
+      EXPECT_TRUE(r.dtype_conversions.empty());
+      EXPECT_TRUE(r.missing.empty() && r.unexpected.empty());
+      // Report keys are the source's; a module list's gathered experts, the fused name.
+      std::vector<std::string> loaded = r.loaded, keys = fused.keys();
+      std::sort(loaded.begin(), loaded.end());
+      std::sort(keys.begin(), keys.end());
+      EXPECT_EQ(loaded, keys);
+      for (int64_t e = 0; e < n; ++e) {
+        EXPECT_TRUE(gu->expert_weight(e).bit_equal(gate_up->expert_weight(e))) << e;
+        EXPECT_TRUE(gu->expert_weight_scale(e).bit_equal(gate_up->expert_weight_scale(e))) << e;
+        EXPECT_TRUE(dn->expert_weight(e).bit_equal(down->expert_weight(e))) << e;
+        EXPECT_TRUE(dn->expert_weight_scale(e).bit_equal(down->expert_weight_scale(e))) << e;
       }
     }
   }
