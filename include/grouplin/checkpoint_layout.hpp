@@ -1,14 +1,11 @@
-// Grouped modules inside a checkpoint, found by layout rules (layout_rules.hpp), and the plan
-// that rewrites them in another layout without copying anything.
+// Grouped modules inside a checkpoint, found by layout rules (layout_rules.hpp): the vocabulary
+// that convert (convert.hpp), verify (compare.hpp), inspect (inspect.hpp) and load_state_dict
+// share. How a module is rewritten in another layout is theirs to plan (privately).
 //
 //   grouplin::StateDict sd;  // e.g. grouplin::load_checkpoint("model.safetensors").tensors
 //   sd.insert("mlp.experts.weight", grouplin::Tensor::zeros({8, 16, 32}, grouplin::DType::BF16));
 //   for (const grouplin::GroupedModule& m : grouplin::find_grouped_modules(sd))
 //     std::cout << m.prefix << " " << grouplin::layout_name(m.layout) << "\n";  // single
-//   grouplin::ConversionPlan plan =
-//       grouplin::plan_conversion(sd, grouplin::ExpertLayout::PerExpert);
-//   for (const grouplin::PlannedTensor& t : plan.tensors)  // each piece is a view of sd
-//     std::cout << t.name << ": " << t.pieces.size() << " pieces, " << t.nbytes() << " bytes\n";
 //
 // A grouped module is a prefix P (empty, or ending in '.') under which a rule set's tensors are
 // found, each either stacked (single layout) or as per-expert entries: with the te rules,
@@ -22,7 +19,7 @@
 // A stacked first tensor of the wrong rank is no module (a rank-2 P.weight is a linear layer),
 // nor one beside a stacked tensor of the wrong rank (a rank-3 P.weight whose P.bias has rank 1
 // is a convolution), nor, with detected rules, a stacked te P.weight alone without P._extra_state
-// or a declaration (PlanOptions::declared_modules) beside it (conv1d [C, 1, K] of hybrid models:
+// or a declaration (declared_modules below) beside it (conv1d [C, 1, K] of hybrid models:
 // GroupedScan::unconfirmed). Everything else is an ordinary entry and passes through, byte for
 // byte.
 // The scan checks every candidate; the problems, each naming the module:
@@ -36,10 +33,6 @@
 //   FP8 scales whose shape fits no block shape of their rule over their weight's
 //   shape (ceil(out / rows) x ceil(in / cols) per part) ................ ScaleShapeMismatch
 //   a key that two rules claim ................................................ RuleConflict
-// plan_conversion with rules given explicitly also refuses a rule set that matches nothing
-// (RuleMatchedNothing), and a change of layout that would fuse or split block scales where a
-// part of the weight does not end on a block boundary (ScaleBlocksUnaligned: the scales of
-// gate_proj and up_proj cannot be concatenated when I is not a multiple of the block rows).
 //
 // The functions share no state; they may run on several threads at once.
 #pragma once
@@ -141,103 +134,6 @@ GroupedScan scan_grouped_modules(const StateDict& dict, const std::vector<Layout
 std::vector<GroupedModule> find_grouped_modules(const StateDict& dict,
                                                 const std::vector<LayoutRules>& rules = {});
 
-// How one expert's matrix is stored: in the per-expert orientation [rows, cols] or transposed,
-// its rows in order or in `interleave` interleaved groups (StackedTensorRule).
-struct MatrixForm {
-  bool transposed = false;
-  int64_t interleave = 1;
-  bool operator==(const MatrixForm&) const = default;
-};
-
-// The bytes of a planned tensor when they are not the pieces' bytes in order: the pieces hold
-// matrices of rows x cols elements (one per expert, cols = 1 for vectors) one after the other in
-// `from` form, and the tensor holds each in `to` form. Only the stacked-only families need it.
-struct Rearrangement {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  MatrixForm from;
-  MatrixForm to;
-};
-
-// FP8 codes to read as their values (ConvertOptions::dtype, load_state_dict into a float
-// module): the planned tensor's pieces hold the codes, a stack of matrices [..., rows, cols], and
-// `scales` the pieces of their scales, [..., ceil(rows / block_rows), ceil(cols / block_cols)]
-// (one per matrix when the block is the whole matrix). Each value is the code decoded to F32
-// times its block's scale in F32, rounded once to the planned tensor's dtype.
-struct Dequantization {
-  DType codes = DType::F8_E4M3;
-  DType scale_dtype = DType::F32;
-  std::vector<Tensor> scales;
-  std::string scales_name;  // the scale entry, for messages ("m.weight_scale_inv")
-  int64_t rows = 0, cols = 0;
-  int64_t block_rows = 0, block_cols = 0;
-
-  int64_t scale_rows() const { return (rows + block_rows - 1) / block_rows; }
-  int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
-};
-
-// One tensor of a converted checkpoint: its bytes are the bytes of `pieces`, in order (or
-// rearranged, when `rearrange` is set; or dequantized, when `dequantize` is). Every piece is a view
-// of the source dict (a whole entry, or a part of one expert of a stacked entry).
-struct PlannedTensor {
-  std::string name;
-  DType dtype = DType::F32;
-  Shape shape;
-  std::vector<Tensor> pieces;
-  std::optional<Rearrangement> rearrange{};
-  std::optional<Dequantization> dequantize{};
-  // For FP8 scales of a grouped module: the name of the planned tensor they scale, as the rule
-  // set declares it (StackedTensorRule::scale_of); "" for every other tensor (a dense weight's
-  // scales are paired by name: core/fp8.hpp).
-  std::string scale_of{};
-
-  // Bytes of the tensor (the sum of the pieces' bytes; of the values for a dequantized one).
-  uint64_t nbytes() const;
-  size_t rank() const { return shape.size(); }
-  // Size of dimension d; Requires: d < rank().
-  int64_t dim(size_t d) const { return shape[d]; }
-  // Slice i along dim 0 (rank drops by one), as views of the pieces that hold its bytes. Throws
-  // Error(OutOfBounds); a rearranged tensor can only be sliced by expert (dim 0 is the experts).
-  PlannedTensor select(int64_t i) const;
-  // Copies the bytes of the pieces (rearranged) into `dst` (same element count; float dtypes
-  // convert as Tensor::copy_from does). Throws as Tensor::copy_from.
-  void copy_to(Tensor& dst) const;
-  // A plan of one whole tensor.
-  static PlannedTensor of(std::string name, const Tensor& t);
-};
-
-// Planned tensors by name, in order: what load_state_dict reads (a state dict as it is, or a
-// checkpoint seen through layout rules).
-class PlannedDict {
- public:
-  PlannedDict() = default;
-  // Each entry of `dict` as one whole piece.
-  explicit PlannedDict(const StateDict& dict);
-  // Throws Error(DuplicateName) for a name given twice.
-  explicit PlannedDict(std::vector<PlannedTensor> tensors);
-
-  const PlannedTensor* find(const std::string& name) const;
-  size_t size() const { return tensors_.size(); }
-  std::vector<PlannedTensor>::const_iterator begin() const { return tensors_.begin(); }
-  std::vector<PlannedTensor>::const_iterator end() const { return tensors_.end(); }
-
- private:
-  std::vector<PlannedTensor> tensors_;
-  std::unordered_map<std::string, size_t> index_;
-};
-
-// The entries of `dict` with every grouped module in `target` layout.
-struct ConversionPlan {
-  std::vector<GroupedModule> modules;  // as found in the source (their source layout)
-  std::vector<PlannedTensor> tensors;  // in output order
-  // Prefixes of the output's modules that detected rules would not find again without a
-  // declaration (a stacked first tensor alone, without its set's stacked_needs entry): what
-  // convert writes in safetensors metadata (kDeclaredModulesKey), in output order.
-  std::vector<std::string> to_declare;
-  // What the scan could not confirm (GroupedScan::unconfirmed): passed through as it is.
-  std::vector<UnconfirmedStack> unconfirmed;
-};
-
 // The safetensors metadata entry in which GroupLin declares grouped modules that detection could
 // not tell from other tensors of their shape: a JSON array of prefixes. Nothing else of the file
 // changes, so a converted file keeps every tensor byte for byte.
@@ -249,40 +145,5 @@ std::vector<std::string> declared_modules(const std::map<std::string, std::strin
 // `metadata` with kDeclaredModulesKey set to `prefixes` (removed when they are empty).
 std::map<std::string, std::string> with_declared_modules(
     std::map<std::string, std::string> metadata, const std::vector<std::string>& prefixes);
-
-struct PlanOptions {
-  // The rule sets; empty: detect_rules(dict, model_type). When given, each must match at least
-  // one module (RuleMatchedNothing). A set of GroupedLinear's names (te;
-  // LayoutRules::grouped_linear_names) beside a stacked-only family's set (or alone, when
-  // model_type names such a family) asks for TransformerEngine per-expert names for that family's
-  // modules instead of Error(NoPerExpertForm).
-  std::vector<LayoutRules> rules{};
-  std::string model_type{};  // config.json's model_type, for detect_rules
-  // Keep only these experts of every module, renumbered from 0; unset: all. Error(OutOfBounds)
-  // when a module has fewer than `end` experts or the range is empty.
-  std::optional<ExpertRange> experts{};
-  // Prefixes of modules the checkpoint declares (declared_modules() of its safetensors
-  // metadata): a stacked tensor there is a module without its set's stacked_needs entry.
-  std::vector<std::string> declared_modules{};
-};
-
-// Plans the conversion of every grouped module of `dict` to `target`: per-expert -> single gives
-// each stacked tensor whose pieces are the experts' entries (part by part: gate_0, up_0, gate_1,
-// ...); single -> per-expert gives each expert's entries as views of the stacked tensor (split in
-// equal parts along dim 0 for a tensor of several parts); entries of other keys pass through,
-// renamed as the rule sets' renames say for `target`. Modules already in `target` layout (and
-// not sliced) pass through in the dict's order; the others are written in the rule set's order
-// (tensor-major for te, as GroupedLinear::state_dict() orders them; expert-major for hf, as
-// module lists do), in the place of the module's first entry. A stacked-only family's modules
-// (GroupedModule::stacked_only) go per-expert only under TransformerEngine names when te is asked
-// for (PlanOptions::rules): transposed and de-interleaved, as rearranged pieces.
-// Copies no tensor bytes; the pieces keep the source storages alive.
-// Throws the first problem of scan_grouped_modules, the errors of PlanOptions above,
-// Error(NoPerExpertForm) for a stacked-only family's module with target PerExpert without te, and
-// Error(NoGroupedModules) when detected rules found no module but unconfirmed stacks (the
-// conversion would change nothing). ConversionPlan::to_declare lists what a safetensors output
-// must declare (with_declared_modules) to be found again without rules.
-ConversionPlan plan_conversion(const StateDict& dict, ExpertLayout target,
-                               const PlanOptions& options = {});
 
 }  // namespace grouplin

@@ -143,7 +143,7 @@ class GroupedLinear : public Module {
   // Claims its own entries by name, in the form the load planner wrote them for this module
   // (per-expert or single, whatever the checkpoint's layout: load_state_dict.hpp); _extra_state
   // is optional.
-  void plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan) override;
+  void plan_load(const LoadSource& source, const std::string& prefix, LoadPlan& plan) override;
 
  private:
   // Expert i's weight (or bias) parameter; Single layout has one of each for all experts.

@@ -106,7 +106,7 @@ enum class PerExpertForm {
   Native,
   // The family stores its experts stacked only; `parts` are TransformerEngine / Megatron names
   // (P.gate_up_proj.weight{i} [out, in]), written only when a set of GroupedLinear's names is
-  // asked for beside it (PlanOptions::rules holding te, LayoutRules::grouped_linear_names);
+  // asked for beside it (the rules given holding te, LayoutRules::grouped_linear_names);
   // otherwise per-expert output is Error(NoPerExpertForm).
   TeOnly,
 };
@@ -134,7 +134,7 @@ struct LayoutRules {
   PerExpertForm per_expert = PerExpertForm::Native;
   // When not empty ("{prefix}_extra_state" for te): a module found as its stacked first tensor
   // alone counts only with this entry beside it, or when the checkpoint declares its prefix
-  // (PlanOptions::declared_modules: the metadata GroupLin's convert writes), unless the set was
+  // (declared_modules(): the metadata GroupLin's convert writes), unless the set was
   // asked for by name. A lone rank-3 "P.weight" may be a convolution (conv1d [C, 1, K]); beside a
   // stacked P.bias [N, out] or its FP8 scales it is a module whatever else is there.
   std::string stacked_needs;

@@ -23,8 +23,8 @@
 
 namespace grouplin {
 
-class LoadPlan;     // module_extension.hpp, for authors of modules
-class PlannedDict;  // checkpoint_layout.hpp
+class LoadPlan;    // module_extension.hpp, for authors of modules
+class LoadSource;  // module_extension.hpp
 
 // One trainable tensor with its gradients.
 struct Parameter {
@@ -77,7 +77,7 @@ class Module {
   // Plans this module's part of a load (its own entries only, not the children's): claims keys,
   // records problems and the writes to make. Must not modify the module. Overridden by modules
   // that accept more than one checkpoint layout (module_extension.hpp has LoadPlan).
-  virtual void plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan);
+  virtual void plan_load(const LoadSource& source, const std::string& prefix, LoadPlan& plan);
 
   // Registers a parameter or buffer; returns its index. An optional buffer may be absent from
   // a state dict without being missing (LoadReport::absent).

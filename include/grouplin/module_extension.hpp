@@ -7,11 +7,11 @@
 //     Scale() { register_parameter("gamma", grouplin::Tensor::zeros({4}, grouplin::DType::F32)); }
 //
 //    protected:
-//     void plan_load(const grouplin::PlannedDict& source, const std::string& prefix,
+//     void plan_load(const grouplin::LoadSource& source, const std::string& prefix,
 //                    grouplin::LoadPlan& plan) override {
 //       for (const char* name : {"gamma", "scale"}) {
 //         const std::string key = prefix + name;
-//         if (const grouplin::PlannedTensor* t = source.find(key)) {
+//         if (const grouplin::SourceTensor* t = source.find(key)) {
 //           plan.claim(key);
 //           plan.plan_copy(key, *t, *this, 0);  // checked now, written once all checks passed
 //           return;
@@ -31,13 +31,50 @@
 #include <unordered_map>
 #include <vector>
 
-#include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module.hpp"
 #include "grouplin/state_dict.hpp"
 
 namespace grouplin {
+
+struct PlannedTensor;  // private: how the load reads an entry's bytes
+class PlannedDict;
+
+// One entry a load reads, as the modules see it: the checkpoint's entry in the module's form
+// (its layout, FP8 codes beside their scales, or values of FP8 codes dequantized). Its bytes are
+// read only when the load executes, after every check has passed.
+class SourceTensor {
+ public:
+  const std::string& name() const;
+  DType dtype() const;
+  const Shape& shape() const;
+  // Copies its values into `dst` (same element count; float dtypes convert as
+  // Tensor::copy_from does). Throws as Tensor::copy_from.
+  void copy_to(Tensor& dst) const;
+
+ private:
+  friend class LoadSource;
+  friend class LoadPlan;
+  explicit SourceTensor(const PlannedTensor& t) : t_(&t) {}
+  const PlannedTensor* t_;
+};
+
+// The entries a load reads, by name, in order. Lives for the duration of the load.
+class LoadSource {
+ public:
+  const SourceTensor* find(const std::string& name) const;
+  size_t size() const { return entries_.size(); }
+  std::vector<SourceTensor>::const_iterator begin() const { return entries_.begin(); }
+  std::vector<SourceTensor>::const_iterator end() const { return entries_.end(); }
+
+ private:
+  friend class Module;
+  explicit LoadSource(const PlannedDict& dict);
+  const PlannedDict* dict_;
+  std::vector<SourceTensor> entries_;
+};
 
 // What a load will do, filled in by Module::plan_load before anything is written.
 class LoadPlan {
@@ -62,25 +99,25 @@ class LoadPlan {
   // Checks that `src` can fill `dst` (same shape, same or float-convertible dtype) and plans the
   // copy into parameter `param_index` of `module` (the slice `expert` of it when expert >= 0).
   // Records a problem and returns false otherwise.
-  bool plan_copy(const std::string& key, const PlannedTensor& src, Module& module,
+  bool plan_copy(const std::string& key, const SourceTensor& src, Module& module,
                  size_t param_index, int64_t expert = -1);
   // Same for a buffer.
-  bool plan_buffer_copy(const std::string& key, const PlannedTensor& src, Module& module,
+  bool plan_buffer_copy(const std::string& key, const SourceTensor& src, Module& module,
                         size_t buffer_index, int64_t expert = -1);
   // Plans making parameter `param_index` of `module` borrow `src` (read-only until the module
   // writes) when `src` is one whole tensor of the same dtype, else plans a copy. Records a problem
   // and returns false when the shapes differ or the dtypes do not convert.
-  bool plan_adopt(const std::string& key, const PlannedTensor& src, Module& module,
+  bool plan_adopt(const std::string& key, const SourceTensor& src, Module& module,
                   size_t param_index);
 
-  // Throws one Error listing every problem (and, when strict, missing and unexpected keys);
-  // otherwise performs the planned writes and returns the report.
-  LoadReport execute(const PlannedDict& source);
-
  private:
+  // Throws one Error listing every problem (and, when strict, missing and unexpected keys);
+  // otherwise performs the planned writes and returns the report (Module::load_state_dict).
+  LoadReport execute(const LoadSource& source);
+
   struct Write {
     std::string key;
-    PlannedTensor src;
+    const PlannedTensor* src;
     Module* module;
     size_t index;    // parameter or buffer index
     int64_t expert;  // slice of a stacked parameter, or -1 for the whole tensor

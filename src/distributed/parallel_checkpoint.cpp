@@ -18,6 +18,7 @@
 #include "grouplin/safetensors.hpp"
 #include "grouplin/sharded_checkpoint.hpp"
 #include "io/checkpoints/atomic_directory.hpp"
+#include "layout/plan.hpp"
 
 namespace grouplin {
 

@@ -9,6 +9,7 @@
 #include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "layout/compiled_rules.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin::layout {
 namespace {

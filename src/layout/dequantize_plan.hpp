@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grouplin/checkpoint_layout.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin::layout {
 

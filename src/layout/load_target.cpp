@@ -7,6 +7,7 @@
 #include "core/fp8.hpp"
 #include "layout/dequantize_plan.hpp"
 #include "layout/expert_names.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin::layout {
 namespace {

@@ -16,6 +16,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/layout.hpp"
 #include "grouplin/load_state_dict.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin::layout {
 

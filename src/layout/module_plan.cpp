@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "layout/planned_tensor.hpp"
 #include "layout/renames.hpp"
 
 namespace grouplin::layout {

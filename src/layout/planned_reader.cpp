@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/fp8.hpp"
+#include "layout/planned_tensor.hpp"
 #include "layout/rearrange.hpp"
 
 namespace grouplin::layout {

@@ -1,4 +1,6 @@
 // PlannedTensor's views and copies (include/grouplin/checkpoint_layout.hpp).
+#include "layout/planned_tensor.hpp"
+
 #include <algorithm>
 #include <span>
 #include <vector>

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "layout/planned_tensor.hpp"
+
 namespace grouplin::layout {
 namespace {
 

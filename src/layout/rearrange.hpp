@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "grouplin/checkpoint_layout.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin::layout {
 

@@ -37,16 +37,15 @@ struct Entries {
 
 }  // namespace
 
-void GroupedLinear::plan_load(const PlannedDict& source, const std::string& prefix,
-                              LoadPlan& plan) {
+void GroupedLinear::plan_load(const LoadSource& source, const std::string& prefix, LoadPlan& plan) {
   const int64_t n = num_gemms();
-  auto copy = [&](const Entries& e, const std::string& key, const PlannedTensor& src, size_t index,
+  auto copy = [&](const Entries& e, const std::string& key, const SourceTensor& src, size_t index,
                   int64_t expert) {
     plan.claim(key);
     if (e.buffer) {
       plan.plan_buffer_copy(key, src, *this, index, expert);
     } else if (plan.options().assign && expert < 0 && e.layout != WeightLayout::Contiguous &&
-               src.dtype == parameters()[index].value.dtype()) {
+               src.dtype() == parameters()[index].value.dtype()) {
       // Adopted only where this module holds the tensor whole (Contiguous views one block).
       plan.plan_adopt(key, src, *this, index);
     } else {
@@ -55,13 +54,13 @@ void GroupedLinear::plan_load(const PlannedDict& source, const std::string& pref
   };
   auto load = [&](const Entries& e) {
     if (e.layout == WeightLayout::Single) {
-      if (const PlannedTensor* src = source.find(e.stacked_key)) {
+      if (const SourceTensor* src = source.find(e.stacked_key)) {
         return copy(e, e.stacked_key, *src, e.first, -1);
       }
       std::vector<std::string> absent;
       for (int64_t i = 0; i < n; ++i) {
         const std::string key = e.expert_key(i);
-        if (const PlannedTensor* src = source.find(key)) {
+        if (const SourceTensor* src = source.find(key)) {
           copy(e, key, *src, e.first, i);
         } else {
           absent.push_back(key);
@@ -74,7 +73,7 @@ void GroupedLinear::plan_load(const PlannedDict& source, const std::string& pref
     }
     for (int64_t i = 0; i < n; ++i) {
       const std::string key = e.expert_key(i);
-      if (const PlannedTensor* src = source.find(key)) {
+      if (const SourceTensor* src = source.find(key)) {
         copy(e, key, *src, e.first + static_cast<size_t>(i), -1);
       } else if (e.report_missing) {
         plan.add_missing(key);
@@ -97,7 +96,7 @@ void GroupedLinear::plan_load(const PlannedDict& source, const std::string& pref
 
   // _extra_state loads like any module's buffer, and may be absent.
   const std::string extra_key = prefix + buffers()[0].first;
-  if (const PlannedTensor* src = source.find(extra_key)) {
+  if (const SourceTensor* src = source.find(extra_key)) {
     plan.claim(extra_key);
     plan.plan_buffer_copy(extra_key, *src, *this, 0);
   } else {

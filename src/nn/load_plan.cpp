@@ -4,8 +4,24 @@
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin {
+
+const std::string& SourceTensor::name() const { return t_->name; }
+DType SourceTensor::dtype() const { return t_->dtype; }
+const Shape& SourceTensor::shape() const { return t_->shape; }
+void SourceTensor::copy_to(Tensor& dst) const { t_->copy_to(dst); }
+
+LoadSource::LoadSource(const PlannedDict& dict) : dict_(&dict) {
+  entries_.reserve(dict.size());
+  for (const PlannedTensor& t : dict) entries_.push_back(SourceTensor(t));
+}
+
+const SourceTensor* LoadSource::find(const std::string& name) const {
+  const PlannedTensor* t = dict_->find(name);
+  return t == nullptr ? nullptr : &entries_[static_cast<size_t>(t - &*dict_->begin())];
+}
 
 void LoadPlan::claim(const std::string& key) { claimed_.push_back(key); }
 
@@ -67,38 +83,41 @@ Tensor target_of(const Module& m, size_t index, int64_t expert) {
 }
 }  // namespace
 
-bool LoadPlan::plan_copy(const std::string& key, const PlannedTensor& src, Module& module,
+bool LoadPlan::plan_copy(const std::string& key, const SourceTensor& source, Module& module,
                          size_t param_index, int64_t expert) {
+  const PlannedTensor& src = *source.t_;
   if (!check_compatible(key, src, target_of(module, param_index, expert))) return false;
-  writes_.push_back({source_key(key), src, &module, param_index, expert, false, false});
+  writes_.push_back({source_key(key), &src, &module, param_index, expert, false, false});
   return true;
 }
 
-bool LoadPlan::plan_buffer_copy(const std::string& key, const PlannedTensor& src, Module& module,
+bool LoadPlan::plan_buffer_copy(const std::string& key, const SourceTensor& source, Module& module,
                                 size_t buffer_index, int64_t expert) {
+  const PlannedTensor& src = *source.t_;
   const Tensor& buffer = module.buffers()[buffer_index].second;
   if (!check_compatible(key, src, expert >= 0 ? buffer.select(expert) : buffer)) return false;
-  writes_.push_back({source_key(key), src, &module, buffer_index, expert, true, false});
+  writes_.push_back({source_key(key), &src, &module, buffer_index, expert, true, false});
   return true;
 }
 
-bool LoadPlan::plan_adopt(const std::string& key, const PlannedTensor& src, Module& module,
+bool LoadPlan::plan_adopt(const std::string& key, const SourceTensor& source, Module& module,
                           size_t param_index) {
+  const PlannedTensor& src = *source.t_;
   const Tensor& dst = module.parameters()[param_index].value;
   if (!check_compatible(key, src, dst)) return false;
   // Only one whole tensor of the right dtype, in its stored order, can be borrowed; pieces are
   // gathered, transposed or interleaved experts moved, by a copy.
   if (src.dtype != dst.dtype() || src.pieces.size() != 1 || src.rearrange || src.dequantize) {
-    return plan_copy(key, src, module, param_index);
+    return plan_copy(key, source, module, param_index);
   }
-  writes_.push_back({source_key(key), src, &module, param_index, -1, false, true});
+  writes_.push_back({source_key(key), &src, &module, param_index, -1, false, true});
   return true;
 }
 
-LoadReport LoadPlan::execute(const PlannedDict& source) {
+LoadReport LoadPlan::execute(const LoadSource& source) {
   std::set<std::string> claimed(claimed_.begin(), claimed_.end());
-  for (const PlannedTensor& t : source) {
-    const std::string& key = t.name;
+  for (const SourceTensor& t : source) {
+    const std::string& key = t.name();
     // Keys outside the prefix belong to the rest of the model, not to this load.
     if (!key.starts_with(options_.prefix)) continue;
     if (claimed.count(key) == 0) report_.unexpected.push_back(key);
@@ -130,13 +149,13 @@ LoadReport LoadPlan::execute(const PlannedDict& source) {
     if (w.buffer) {
       Tensor& buffer = w.module->buffers_[w.index].second;
       Tensor dst = w.expert >= 0 ? buffer.select(w.expert) : buffer;
-      w.src.copy_to(dst);
+      w.src->copy_to(dst);
     } else {
       Parameter& p = w.module->params_[w.index];
       if (w.adopt) {
         // Borrowed: the module shows only read-only views of the caller's bytes, and its own
         // first write (writable_value) goes to a private copy.
-        p.value = w.src.pieces[0].reshape(w.src.shape).read_only();
+        p.value = w.src->pieces[0].reshape(w.src->shape).read_only();
       } else {
         if (!p.value.writable() && w.expert < 0) {
           // The whole borrowed tensor is about to be overwritten: a fresh allocation is
@@ -145,10 +164,10 @@ LoadReport LoadPlan::execute(const PlannedDict& source) {
         }
         Tensor& v = writable_value(p);
         Tensor dst = w.expert >= 0 ? v.select(w.expert) : v;
-        w.src.copy_to(dst);
+        w.src->copy_to(dst);
       }
       // A stacked key loaded into per-expert parameters is one conversion, reported once.
-      const DType from = w.src.dequantize ? w.src.dequantize->codes : w.src.dtype;
+      const DType from = w.src->dequantize ? w.src->dequantize->codes : w.src->dtype;
       if (from != p.value.dtype() && !converted.count(w.key)) {
         converted.insert(w.key);
         report_.dtype_conversions.push_back({w.key, from, p.value.dtype()});

@@ -157,7 +157,8 @@ LoadReport Module::load_state_dict(const StateDict& dict, const LoadOptions& opt
   };
   find(*this, options.prefix);
   layout::LoadFindings found;
-  const PlannedDict source = source_for_load(dict, options, targets, found);
+  const PlannedDict planned = source_for_load(dict, options, targets, found);
+  const LoadSource source(planned);
   LoadPlan plan(options);
   plan.problems_ = std::move(found.problems);
   for (LayoutConversion& c : found.conversions) plan.add_layout_conversion(std::move(c));
@@ -172,16 +173,16 @@ LoadReport Module::load_state_dict(const StateDict& dict, const LoadOptions& opt
   return plan.execute(source);
 }
 
-void Module::plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan) {
+void Module::plan_load(const LoadSource& source, const std::string& prefix, LoadPlan& plan) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string key = prefix + params_[i].name;
-    const PlannedTensor* src = source.find(key);
+    const SourceTensor* src = source.find(key);
     if (src == nullptr) {
       plan.add_missing(key);
       continue;
     }
     plan.claim(key);
-    if (plan.options().assign && src->dtype == params_[i].value.dtype()) {
+    if (plan.options().assign && src->dtype() == params_[i].value.dtype()) {
       plan.plan_adopt(key, *src, *this, i);
     } else {
       plan.plan_copy(key, *src, *this, i);
@@ -189,7 +190,7 @@ void Module::plan_load(const PlannedDict& source, const std::string& prefix, Loa
   }
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const std::string key = prefix + buffers_[i].first;
-    const PlannedTensor* src = source.find(key);
+    const SourceTensor* src = source.find(key);
     if (src == nullptr) {
       if (optional_buffers_[i]) {
         plan.add_absent(key);

@@ -10,6 +10,7 @@
 #include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "layout/plan.hpp"
 
 namespace grouplin {
 namespace {

@@ -11,6 +11,7 @@
 #include "grouplin/error.hpp"
 #include "hostile_text.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "layout/plan.hpp"
 
 namespace grouplin {
 namespace {

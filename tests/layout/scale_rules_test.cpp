@@ -11,6 +11,7 @@
 #include "grouplin/layout_rules.hpp"
 #include "io/moe_checkpoint.hpp"
 #include "layout/dequantize_plan.hpp"
+#include "layout/plan.hpp"
 
 namespace grouplin {
 namespace {

@@ -31,7 +31,7 @@ class Norm : public Module {
 class CountingLinear : public GroupedLinear {
  public:
   using GroupedLinear::GroupedLinear;
-  void plan_load(const PlannedDict& source, const std::string& prefix, LoadPlan& plan) override {
+  void plan_load(const LoadSource& source, const std::string& prefix, LoadPlan& plan) override {
     prefixes.push_back(prefix);
     GroupedLinear::plan_load(source, prefix, plan);
   }

@@ -24,6 +24,7 @@
 #include "io/formats/zip.hpp"
 #include "io/operations/tensor_stream.hpp"
 #include "layout/dequantize_plan.hpp"
+#include "layout/plan.hpp"
 
 namespace grouplin {
 namespace {

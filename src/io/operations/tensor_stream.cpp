@@ -8,6 +8,7 @@
 #include "grouplin/error.hpp"
 #include "io/formats/zip.hpp"
 #include "layout/planned_reader.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin::detail {
 namespace {

@@ -38,6 +38,7 @@
 
 #include "grouplin/checkpoint_layout.hpp"
 #include "io/checkpoints/checkpoint_source.hpp"
+#include "layout/planned_tensor.hpp"
 
 namespace grouplin::detail {
 
