@@ -31,8 +31,10 @@ namespace {
 
 using namespace grouplin;
 
-constexpr uint64_t kRegion = uint64_t{1} << 40;     // virtual only
-constexpr uint64_t kCopyLimit = uint64_t{4} << 20;  // plans copied out when this small
+constexpr uint64_t kRegion = uint64_t{1} << 40;  // virtual only
+// Plans copied out when this small: past the copier's 256 KiB staging chunk (planned_tensor.cpp),
+// so chunked conversions run too, yet a copy costs no more than the planning around it.
+constexpr uint64_t kCopyLimit = uint64_t{512} << 10;
 
 std::shared_ptr<Storage> region() {
   static std::shared_ptr<Storage> s = [] {
