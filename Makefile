@@ -6,7 +6,8 @@ SAN_BUILD ?= build-san
 CROSS_BUILD ?= build-aarch64
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run test test-release test-install test-python test-sanitize test-cross bench \
+.PHONY: all deps build run test test-release test-install test-python test-peers test-sanitize test-cross \
+	bench \
 	clean format format-check
 
 all: build
@@ -21,7 +22,7 @@ build: deps
 run: build
 	./$(BUILD)/grouplin demo
 
-test: format-check test-release test-install test-python test-sanitize test-cross
+test: format-check test-release test-install test-python test-peers test-sanitize test-cross
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -56,6 +57,12 @@ test-install: build
 # virtual environment, and its pytest suite (tests/python/run.sh).
 test-python: deps
 	@bash tests/python/run.sh
+
+# The real writers and readers GroupLin must agree with: PyTorch 2.x (torch.save,
+# torch.load(weights_only=True)), transformers and safetensors, pinned, in an environment created
+# once per machine outside the clone (scripts/peer-env.sh), against this build's grouplin command.
+test-peers: build
+	@BUILD=$(BUILD) bash tests/peers/run.sh
 
 # clang with AddressSanitizer + UndefinedBehaviorSanitizer: every unit test again, the fuzzers'
 # corpora replayed, and each fuzzer run for a bounded time. -O1 -g1 (line tables): sanitizer

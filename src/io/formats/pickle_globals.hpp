@@ -55,6 +55,10 @@ inline constexpr AllowedGlobal kAllowedGlobals[] = {
     {"torch.CharStorage", GlobalKind::StorageType, DType::I8},
     {"torch.ByteStorage", GlobalKind::StorageType, DType::U8},
     {"torch.BoolStorage", GlobalKind::StorageType, DType::BOOL},
+    // The storage of dtypes without a typed storage class (float8, uint16, ...), as PyTorch 2.x
+    // pickles the class (its module is torch.storage); "torch.UntypedStorage" is how GroupLin's
+    // writer spelled it before it wrote what torch.load(weights_only=True) accepts.
+    {"torch.storage.UntypedStorage", GlobalKind::StorageType, DType::U8, true},
     {"torch.UntypedStorage", GlobalKind::StorageType, DType::U8, true},
     {"torch.float32", GlobalKind::DTypeTag, DType::F32},
     {"torch.float64", GlobalKind::DTypeTag, DType::F64},

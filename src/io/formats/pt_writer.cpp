@@ -259,7 +259,10 @@ std::vector<std::byte> make_pickle(std::span<const detail::PtTensorSpec> tensors
     p.raw('(');
     p.raw('(');  // persistent id ('storage', type, key, 'cpu', numel)
     p.memo_string("storage");
-    p.global(v3 ? std::string("torch.UntypedStorage") : std::string("torch.") + type.storage);
+    // As PyTorch 2.x names the class (its module is torch.storage): the only spelling
+    // torch.load(weights_only=True) accepts.
+    p.global(v3 ? std::string("torch.storage.UntypedStorage")
+                : std::string("torch.") + type.storage);
     p.string(r.key);
     p.memo_string("cpu");
     const uint64_t record_bytes = r.nbytes;
