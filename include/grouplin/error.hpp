@@ -28,6 +28,9 @@ namespace grouplin {
 //                  the same on all (layer shapes, dtypes, expert counts).
 //   OutputHoldsOtherFiles  convert was asked to replace (overwrite) a directory that holds more
 //                than a checkpoint: files a conversion neither writes nor copies from its input.
+//   ScaleWithoutWeight  FP8 scales (W_scale_inv) whose weight W is not in the checkpoint: inspect
+//                reports it, convert --dtype warns that it passes through as it is.
+//   NothingToDequantize  convert --dtype found no FP8 weight with its scales to write as values.
 //   TotalSizeMismatch  never thrown: the code of a warning (Problem in Checkpoint::warnings) for
 //                a directory index whose total_size is not its tensors' bytes.
 #define GROUPLIN_ERROR_CODES(X) \
@@ -66,6 +69,8 @@ namespace grouplin {
   X(NoPerExpertForm)            \
   X(ScaleShapeMismatch)         \
   X(ScaleBlocksUnaligned)       \
+  X(ScaleWithoutWeight)         \
+  X(NothingToDequantize)        \
   /* Files in general. */       \
   X(IoError)                    \
   X(UnknownFormat)              \

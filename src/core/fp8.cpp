@@ -27,6 +27,12 @@ std::string expected_scales(const Shape& shape, const std::vector<int64_t>& bloc
 
 std::string fp8_scale_name(std::string_view weight) { return std::string(weight) + "_scale_inv"; }
 
+std::optional<std::string> fp8_weight_of(std::string_view name) {
+  constexpr std::string_view suffix = "_scale_inv";
+  if (name.size() <= suffix.size() || !name.ends_with(suffix)) return std::nullopt;
+  return std::string(name.substr(0, name.size() - suffix.size()));
+}
+
 void quantize_blocks(const Tensor& values, Tensor codes, Tensor scales) {
   constexpr float kE4M3Max = 448.0f;
   const int64_t out = values.dim(0), in = values.dim(1), bi = scales.dim(1);

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,9 @@ std::string expected_scales(const Shape& shape, const std::vector<int64_t>& bloc
 // FP8, DeepSeek-V3): "o_proj.weight" -> "o_proj.weight_scale_inv". Scales of grouped modules are
 // paired by their rules instead (StackedTensorRule::scale_of).
 std::string fp8_scale_name(std::string_view weight);
+// The weight `name` is the scales of by that spelling ("o_proj.weight_scale_inv" ->
+// "o_proj.weight"); nullopt for any other name.
+std::optional<std::string> fp8_weight_of(std::string_view name);
 
 // `values` [out, in] (F32) quantized per kFp8Block block into `codes` [out, in] (F8_E4M3) and
 // `scales` block_scale_shape(out, in, {kFp8Block, kFp8Block}) (F32): scale = the block's largest

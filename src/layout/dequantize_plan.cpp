@@ -106,6 +106,18 @@ size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingSca
   return count;
 }
 
+std::vector<std::string> scales_without_weight(const StateDict& dict,
+                                               const std::vector<GroupedModule>& modules) {
+  std::unordered_set<std::string> in_modules;
+  for (const GroupedModule& m : modules) in_modules.insert(m.keys.begin(), m.keys.end());
+  std::vector<std::string> out;
+  for (const auto& [name, t] : dict) {
+    const std::optional<std::string> weight = core::fp8_weight_of(name);
+    if (weight && !dict.contains(*weight) && in_modules.count(name) == 0) out.push_back(name);
+  }
+  return out;
+}
+
 std::vector<Error> scale_problems(const StateDict& dict, const GroupedScan& scan) {
   std::unordered_set<std::string> in_modules;
   for (const GroupedModule& m : scan.modules) in_modules.insert(m.keys.begin(), m.keys.end());
@@ -124,6 +136,13 @@ std::vector<Error> scale_problems(const StateDict& dict, const GroupedScan& scan
     } catch (const Error& e) {
       out.push_back(e);
     }
+  }
+  for (const std::string& name : scales_without_weight(dict, scan.modules)) {
+    if (reported.count(name)) continue;
+    out.emplace_back(ErrorCode::ScaleWithoutWeight,
+                     quote(name) + " " + shape_to_string(dict.at(name).shape()) +
+                         ": FP8 scales without their weight " + quote(*core::fp8_weight_of(name)) +
+                         " in the checkpoint; nothing can dequantize with them");
   }
   return out;
 }

@@ -33,8 +33,14 @@ Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scale
 size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingScales missing);
 
 // The FP8 weights outside `scan`'s grouped modules (dense layers) whose scales beside them fit no
-// block, one Error(ScaleShapeMismatch) each, as dequantize_plan would throw it; scales the scan
-// already reports a problem for are left to it. Never throws for what the dict holds.
+// block, one Error(ScaleShapeMismatch) each, as dequantize_plan would throw it, and the scales
+// without their weight (scales_without_weight), one Error(ScaleWithoutWeight) each; scales the
+// scan already reports a problem for are left to it. Never throws for what the dict holds.
 std::vector<Error> scale_problems(const StateDict& dict, const GroupedScan& scan);
+
+// The entries of `dict` outside `modules` named as the scales of a weight (core::fp8_weight_of)
+// that the dict does not hold, in dict order: nothing dequantizes them, they pass as they are.
+std::vector<std::string> scales_without_weight(const StateDict& dict,
+                                               const std::vector<GroupedModule>& modules);
 
 }  // namespace grouplin::layout

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "grouplin/checkpoint.hpp"
@@ -309,6 +310,57 @@ TEST_F(ConvertTest, ProgressCallbackCanAbort) {
   EXPECT_THROW(convert_checkpoint(path("in.safetensors"), path("out.pt"), o), Error);
   EXPECT_FALSE(fs::exists(path("out.pt")));
   EXPECT_EQ(files_in_dir(), 1u);
+}
+
+// Never a silent no-op: asked for a change it cannot make at all, a conversion fails with a named
+// code and writes nothing; asked for several, it makes what it can and warns about the rest.
+TEST_F(ConvertTest, NothingToChangeIsAnErrorAndAPartialChangeAWarning) {
+  auto code_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::InvalidArgument;  // "no error": no test expects this code
+  };
+  auto codes = [](const ConvertReport& r) {
+    std::vector<ErrorCode> out;
+    for (const Problem& w : r.warnings) out.push_back(w.code);
+    return out;
+  };
+  StateDict dense;
+  dense.insert("a.weight", Tensor::zeros({4, 4}, DType::F32));
+  save_safetensors(path("dense.safetensors"), dense);
+  ConvertOptions o;
+  EXPECT_EQ(
+      code_of([&] { convert_checkpoint(path("dense.safetensors"), path("a.safetensors"), o); }),
+      ErrorCode::NoGroupedModules);
+  EXPECT_FALSE(fs::exists(path("a.safetensors")));
+  ConvertOptions sliced;
+  sliced.experts = ExpertRange{0, 1};
+  EXPECT_EQ(code_of([&] { convert_checkpoint(path("dense.safetensors"), path("b.pt"), sliced); }),
+            ErrorCode::NoGroupedModules);
+  EXPECT_FALSE(fs::exists(path("b.pt")));
+  // A change of format is made: the layout's part is a warning.
+  EXPECT_EQ(codes(convert_checkpoint(path("dense.safetensors"), path("c.pt"), o)),
+            std::vector<ErrorCode>{ErrorCode::NoGroupedModules});
+  expect_dict(load_pt(path("c.pt")), dense);
+
+  // Experts without FP8 weights, and FP8 scales whose weight is not there.
+  StateDict te = moe_state_dict({{"m.", 2, 3, 5, false, DType::BF16}}, ExpertLayout::PerExpert);
+  te.insert("o_proj.weight_scale_inv", Tensor::zeros({1, 1}, DType::F32));
+  save_safetensors(path("te.safetensors"), te);
+  ConvertOptions bf16;
+  bf16.dtype = DType::BF16;
+  const ConvertReport r = convert_checkpoint(path("te.safetensors"), path("d.safetensors"), bf16);
+  EXPECT_EQ(codes(r), (std::vector<ErrorCode>{ErrorCode::NothingToDequantize,
+                                              ErrorCode::ScaleWithoutWeight}));
+  EXPECT_EQ(r.warnings[1].key, "o_proj.weight_scale_inv");
+  EXPECT_TRUE(load_checkpoint(path("d.safetensors")).tensors.contains("o_proj.weight_scale_inv"));
+  // inspect names the scales as a problem.
+  const CheckpointSummary s = inspect_checkpoint(path("te.safetensors"));
+  ASSERT_EQ(s.scan.problems.size(), 1u);
+  EXPECT_EQ(s.scan.problems[0].code(), ErrorCode::ScaleWithoutWeight);
 }
 
 TEST_F(ConvertTest, CompareListsDifferences) {

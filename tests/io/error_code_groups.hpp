@@ -60,6 +60,8 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::NoPerExpertForm:
     case ErrorCode::ScaleShapeMismatch:
     case ErrorCode::ScaleBlocksUnaligned:
+    case ErrorCode::ScaleWithoutWeight:
+    case ErrorCode::NothingToDequantize:
     case ErrorCode::IoError:
     case ErrorCode::OutputHoldsOtherFiles:  // about convert's output, never a file's content
     case ErrorCode::CopyDropped:            // a warning (PtReadOptions::notes), never thrown

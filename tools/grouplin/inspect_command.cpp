@@ -171,7 +171,8 @@ void run_inspect(const InspectConfig& c) {
   }
   if (!s.scan.problems.empty()) {
     std::cerr << "grouplin: " << quote(c.file) << ": " << s.scan.problems.size()
-              << " problem(s) (inconsistent grouped modules, FP8 scales that fit no block); the "
+              << " problem(s) (inconsistent grouped modules, FP8 scales that fit no block or lack "
+                 "their weight); the "
                  "first: "
               << s.scan.problems.front().what() << "\n";
     g_exit_code = 2;

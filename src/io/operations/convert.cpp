@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/safetensors.hpp"
@@ -327,6 +328,57 @@ void check_output(const std::string& in, const std::string& out,
   if (directory_out && S_ISDIR(st.st_mode)) check_replaceable_directory(in, out, src);
 }
 
+// Never a silent no-op (docs/cli.md, "Nothing to change"): a conversion asked for a change it
+// cannot make at all is an error; one that makes some of what was asked warns about the rest.
+void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource& src,
+                   const ConversionPlan& plan, CheckpointFormat format, bool directory_out,
+                   ConvertReport& report) {
+  const bool dequantized = report.dequantized > 0;
+  const bool rewritten = format != src.format() || directory_out != (src.directory() != nullptr) ||
+                         options.max_shard_size.has_value() || dequantized;
+  const std::string rules =
+      options.rules.empty() ? "the rules detected from its names" +
+                                  std::string(src.model_type().empty() ? "" : " and config.json")
+                            : "the rules given";
+  if (plan.modules.empty()) {
+    if (options.experts) {
+      throw Error(ErrorCode::NoGroupedModules,
+                  "--experts " + std::to_string(options.experts->begin) + ":" +
+                      std::to_string(options.experts->end) + ": no grouped module found by " +
+                      rules + ", so there are no experts to take (--rules names the rules; " +
+                      "`grouplin rules` lists them)");
+    }
+    const std::string layout(layout_name(options.layout));
+    if (!rewritten) {
+      throw Error(ErrorCode::NoGroupedModules,
+                  "no grouped module found by " + rules + ": converting to the " + layout +
+                      " layout would change nothing (--rules names the rules; `grouplin rules` " +
+                      "lists them)");
+    }
+    report.warnings.push_back({ErrorCode::NoGroupedModules, "",
+                               "no grouped module found by " + rules + ": the " + layout +
+                                   " layout changed nothing; every tensor is written as it is"});
+  }
+  if (options.dtype && !dequantized) {
+    const std::string what = "--dtype " + std::string(dtype_name(*options.dtype)) +
+                             ": no FP8 weight with its scales (W and W_scale_inv) to write as "
+                             "values";
+    if (plan.modules.empty() && format == src.format() &&
+        directory_out == (src.directory() != nullptr) && !options.max_shard_size) {
+      throw Error(ErrorCode::NothingToDequantize, what);
+    }
+    report.warnings.push_back({ErrorCode::NothingToDequantize, "", what + "; nothing dequantized"});
+  }
+  if (options.dtype) {
+    for (const std::string& name : layout::scales_without_weight(src.tensors(), plan.modules)) {
+      report.warnings.push_back(
+          {ErrorCode::ScaleWithoutWeight, name,
+           quote(name) + ": FP8 scales without their weight " + quote(*core::fp8_weight_of(name)) +
+               " in the input; nothing dequantizes with them: written as they are"});
+    }
+  }
+}
+
 }  // namespace
 
 ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
@@ -361,6 +413,7 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
       report.dequantized =
           layout::dequantize_plan(plan.tensors, *options.dtype, layout::MissingScales::Refuse);
     }
+    refuse_no_ops(options, *src, plan, *format, directory_out, report);
   } catch (const Error& e) {
     throw Error(e.code(), context + ": " + e.message());
   }
@@ -371,7 +424,7 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   report.modules = plan.modules;
   report.input_tensors = src->tensors().size();
   report.output_tensors = plan.tensors.size();
-  report.warnings = src->warnings();
+  report.warnings.insert(report.warnings.begin(), src->warnings().begin(), src->warnings().end());
   // A safetensors output keeps the input's metadata, with GroupLin's declaration of the modules
   // that detection could not find again without it made anew (every shard of a directory holds
   // the same). A .pt file has no metadata to keep or declare in.
