@@ -31,6 +31,9 @@ namespace grouplin {
 //   ScaleWithoutWeight  FP8 scales (W_scale_inv) whose weight W is not in the checkpoint: inspect
 //                reports it, convert --dtype warns that it passes through as it is.
 //   NothingToDequantize  convert --dtype found no FP8 weight with its scales to write as values.
+//   AmbiguousTeDType  never thrown: the note (PtReadOptions::notes) of a TransformerEngine
+//                Float8Tensor whose dtype code means float8 e4m3 or e5m2 depending on the TE
+//                release that wrote it, read as the later releases' (docs/pt-format.md).
 //   TotalSizeMismatch  never thrown: the code of a warning (Problem in Checkpoint::warnings) for
 //                a directory index whose total_size is not its tensors' bytes.
 #define GROUPLIN_ERROR_CODES(X) \
@@ -70,6 +73,7 @@ namespace grouplin {
   X(ScaleShapeMismatch)         \
   X(ScaleBlocksUnaligned)       \
   X(ScaleWithoutWeight)         \
+  X(AmbiguousTeDType)           \
   X(NothingToDequantize)        \
   /* Files in general. */       \
   X(IoError)                    \

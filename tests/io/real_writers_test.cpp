@@ -3,12 +3,16 @@
 // show. Reading them needs no Python; tests/peers/ runs the writers and readers themselves.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "grouplin/checkpoint_layout.hpp"
+#include "grouplin/convert.hpp"
+#include "grouplin/dtype.hpp"
 #include "grouplin/pt_file.hpp"
+#include "grouplin/safetensors.hpp"
 #include "temp_dir_test.hpp"
 
 namespace grouplin {
@@ -65,6 +69,49 @@ TEST_F(RealWritersFiles, PyTorch2Float8FilesRoundTripThroughGroupLinsWriter) {
   for (const auto& [name, t] : sd) {
     EXPECT_EQ(back.at(name).dtype(), t.dtype()) << name;
     EXPECT_TRUE(back.at(name).bit_equal(t)) << name;
+  }
+}
+
+// TransformerEngine's Float8Tensor as each release pickled it, made by that release's own code
+// (make_te_float8.py: TE 1.2-1.7, 1.8-1.10, 1.11-1.13, 2.0-2.3, 2.4-2.13, 2.16, 2.17-2.18), read
+// as the codes and scales they are, in the dtype that release's numbering names: TE numbered
+// float8 e4m3 6 up to 2.3 and 7 from 2.4, and 2.0-2.15 wrote the same form on both sides.
+TEST_F(RealWritersFiles, EveryTransformerEngineReleasesFloat8TensorsLoad) {
+  for (const std::string v : {"1_2", "1_8", "1_11", "2_0", "2_4", "2_13", "2_16", "2_17", "2_18"}) {
+    SCOPED_TRACE("TransformerEngine " + v);
+    const std::string in = kDir + "te" + v + "_float8.pt";
+    std::vector<Problem> notes;
+    const StateDict sd = load_pt(in, {.notes = &notes});
+    ASSERT_EQ(sd.keys(), (std::vector<std::string>{"experts.weight0", "experts.weight0_scale_inv",
+                                                   "experts.weight1", "experts.weight1_scale_inv",
+                                                   "dense.weight"}));
+    for (int e = 0; e < 2; ++e) {
+      const std::string w = "experts.weight" + std::to_string(e);
+      EXPECT_EQ(sd.at(w).dtype(), DType::F8_E4M3);
+      EXPECT_EQ(sd.at(w).shape(), (Shape{8, 16}));
+      expect_codes(sd.at(w), 128 * e);
+      EXPECT_EQ(sd.at(w + "_scale_inv").data_as<float>()[0], e == 0 ? 0.5f : 0.25f);
+    }
+    EXPECT_EQ(sd.at("dense.weight").dtype(), DType::BF16);
+    // 2.4-2.13: code 7 alone cannot tell 2.0-2.3's e5m2 from 2.4's e4m3: read as the later
+    // releases' numbering, and said.
+    const bool ambiguous = v == "2_4" || v == "2_13";
+    ASSERT_EQ(notes.size(), ambiguous ? 1u : 0u);
+    if (ambiguous) EXPECT_EQ(notes[0].code, ErrorCode::AmbiguousTeDType);
+    ASSERT_EQ(find_grouped_modules(sd).size(), 1u);
+    // Dequantized: each code's E4M3 value times its scale.
+    ConvertOptions o;
+    o.layout = ExpertLayout::PerExpert;
+    o.dtype = DType::F32;
+    const std::string out = path("te" + v + ".safetensors");
+    convert_checkpoint(in, out, o);
+    const StateDict values = load_safetensors(out).tensors;
+    const Tensor& w1 = values.at("experts.weight1");
+    const auto* codes = reinterpret_cast<const uint8_t*>(sd.at("experts.weight1").data());
+    for (int64_t k = 0; k < 8 * 16; ++k) {
+      const float want = f8e4m3_to_f32(codes[k]) * 0.25f, got = w1.data_as<float>()[k];
+      ASSERT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << k;
+    }
   }
 }
 

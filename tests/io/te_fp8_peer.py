@@ -5,13 +5,14 @@ Usage: te_fp8_peer.py OUT_DIR
 
 Writes, each a state dict {"w": <Float8Tensor>, "b": <bf16 tensor>} (w's codes are 0x10 + k in
 row-major order of its logical [3, 4] shape, its scale_inv 0.5):
-  OUT_DIR/te_float8.pt            the reconstructor of TE >= 2.x
+  OUT_DIR/te_float8.pt            the reconstructor of TE >= 2.16 with its 5 arguments
                                   (..float8_tensor._make_float8_tensor_in_reduce_ex), TE's DType
                                   from transformer_engine.pytorch.constants
   OUT_DIR/te_float8_legacy.pt     Float8Tensor._make_in_reduce_ex, a static method, which protocol 2
                                   pickles as getattr(Float8Tensor, '_make_in_reduce_ex'), and the
                                   older transformer_engine_torch.DType
-  OUT_DIR/te_float8_transpose.pt  only the transpose kept ([4, 3]), data None
+  OUT_DIR/te_float8_transpose.pt  only the transpose kept ([4, 3]), data None: the sixth argument
+                                  of TE's main after 2.18
   OUT_DIR/te_float8_e5m2.pt       TE dtype 8 (float8 e5m2)
 and {"w": <MXFP8Tensor>} of logical shape [130, 70] (codes (r * 70 + k) % 256, NaN patterns
 0x7f/0xff replaced by 0x3f; E8M0 scales 20 + (r * 3 + c) % 200 for r < 130, c < 3, padded with
@@ -21,7 +22,8 @@ and {"w": <MXFP8Tensor>} of logical shape [130, 70] (codes (r * 70 + k) % 256, N
 
 TransformerEngine itself is not installed: stand-in modules under its names give the objects the
 same __reduce_ex__ (REFERENCE.md §F: the reconstructors' argument order), so the pickles are
-PyTorch's own, opcode for opcode, with no TransformerEngine code in them.
+PyTorch's own, opcode for opcode, with no TransformerEngine code in them. The forms each released
+TransformerEngine wrote, made by its own code, are tests/io/real_writers/make_te_float8.py's.
 """
 
 import enum
@@ -71,7 +73,8 @@ OldDType.__module__, OldDType.__qualname__ = te_torch.__name__, "DType"
 constants.DType, te_torch.DType = DType, OldDType
 
 
-def _make_float8_tensor_in_reduce_ex(data, fp8_dtype, fp8_scale_inv, dtype, shape, data_transpose):
+def _make_float8_tensor_in_reduce_ex(data, fp8_dtype, fp8_scale_inv, dtype, shape,
+                                     data_transpose=None):
     raise RuntimeError("never called by GroupLin")
 
 
@@ -84,7 +87,7 @@ class Float8Tensor:
         self.args, self.legacy = args, legacy
 
     @staticmethod
-    def _make_in_reduce_ex(data, fp8_dtype, fp8_scale_inv, dtype, shape, data_transpose):
+    def _make_in_reduce_ex(data, fp8_dtype, fp8_scale_inv, dtype, shape):
         raise RuntimeError("never called by GroupLin")
 
     def __reduce_ex__(self, protocol):
@@ -166,12 +169,11 @@ def main():
     size = torch.Size([3, 4])
     b = torch.arange(4, dtype=torch.bfloat16)
     cases = {
-        "te_float8": Float8Tensor((codes, DType(7), scale, torch.bfloat16, size, None), False),
-        "te_float8_legacy": Float8Tensor((codes, OldDType(7), scale, torch.bfloat16, size, None),
-                                         True),
+        "te_float8": Float8Tensor((codes, DType(7), scale, torch.bfloat16, size), False),
+        "te_float8_legacy": Float8Tensor((codes, OldDType(7), scale, torch.bfloat16, size), True),
         "te_float8_transpose": Float8Tensor(
             (None, DType(7), scale, torch.bfloat16, size, codes.t().contiguous()), False),
-        "te_float8_e5m2": Float8Tensor((codes, DType(8), scale, torch.float32, size, None), False),
+        "te_float8_e5m2": Float8Tensor((codes, DType(8), scale, torch.float32, size), False),
     }
     for name, w in cases.items():
         torch.save({"w": w, "b": b}, out / f"{name}.pt")

@@ -84,8 +84,10 @@ std::string float8(const Float8Spec& s) {
   if (args.empty()) {
     const std::string data = s.transpose_only ? "N" : data_tensor(false);
     const std::string transpose = s.transpose_only ? data_tensor(true) : "N";
+    // Five arguments as TE 2.x writes them; the sixth (data_transpose) only where TE's main
+    // after 2.18 writes it, through the module-level reconstructor.
     args = data + te_dtype(s.code, s.old_dtype) + scale_tensor() + G("torch", "bfloat16") +
-           G("torch", "Size") + "(" + T({kOut, kIn}) + "tR" + transpose;
+           G("torch", "Size") + "(" + T({kOut, kIn}) + "tR" + (s.transpose_only ? transpose : "");
   }
   return reconstructor(s.legacy) + "(" + args + "tR";
 }
@@ -241,10 +243,19 @@ TEST(TeFp8Pickle, MalformedOrForeignVariantsAreRefused) {
     std::string part;
   };
   const Bad cases[] = {
-      {"five arguments",
-       float8({.args_override = data_tensor(false) + te_dtype(7) + scale_tensor() +
-                                G("torch", "bfloat16") + size}),
-       1, ErrorCode::InvalidPickle, "called with 5 arguments, expected 6"},
+      {"four arguments to the module-level reconstructor",
+       float8({.args_override =
+                   data_tensor(false) + te_dtype(7) + scale_tensor() + G("torch", "bfloat16")}),
+       1, ErrorCode::InvalidPickle, "called with 4 arguments, which no TransformerEngine release"},
+      {"six arguments through the legacy route (TE itself fails on it)",
+       float8({.legacy = true,
+               .args_override = data_tensor(false) + te_dtype(7) + scale_tensor() +
+                                G("torch", "bfloat16") + size + "N"}),
+       1, ErrorCode::InvalidPickle, "called with 6 arguments, which no TransformerEngine release"},
+      {"a pybind11 DType without its code",
+       float8({.args_override = data_tensor(false) + G("transformer_engine_torch", "DType") +
+                                ")\x81" + scale_tensor() + G("torch", "bfloat16") + size}),
+       1, ErrorCode::InvalidPickle, "fp8_dtype is a"},
       {"data an int",
        float8({.args_override =
                    I(3) + te_dtype(7) + scale_tensor() + G("torch", "bfloat16") + size + "N"}),

@@ -14,7 +14,8 @@ namespace grouplin::pickle {
 // What an allowed global stands for.
 // clang-format off
 enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag,
-                                  TeFloat8Tensor, TeFloat8TensorClass, Getattr, TeDType, TorchSize,
+                                  TeFloat8Tensor, TeFloat8TensorLegacy, TeFloat8TensorClass, Getattr,
+                                  TeDType, TorchSize,
                                   TeMxfp8Tensor, TeMxfp8Quantizer };
 // clang-format on
 
@@ -30,17 +31,23 @@ inline constexpr AllowedGlobal kAllowedGlobals[] = {
     {"torch._utils._rebuild_tensor_v2", GlobalKind::RebuildTensorV2},
     {"torch._utils._rebuild_tensor_v3", GlobalKind::RebuildTensorV3},
     {"torch._utils._rebuild_parameter", GlobalKind::RebuildParameter},
-    // TransformerEngine's FP8 weights (docs/pt-format.md): its reconstructor, the legacy route
-    // to it (getattr(Float8Tensor, '_make_in_reduce_ex'), the only getattr accepted), its dtype
-    // enum in both spellings, and torch.Size for shapes. Each is built here, never called.
+    // TransformerEngine's FP8 weights (docs/pt-format.md): its reconstructor (TE 2.16 on), the
+    // legacy route to it (getattr(Float8Tensor, '_make_in_reduce_ex'), the only getattr
+    // accepted; the class in its module of TE 1.11 on and of TE 1.2-1.10), its dtype enum in
+    // every spelling (pybind11's of TE 1.2-1.7 and 1.8-2.16, the IntEnum of TE 2.17 on), and
+    // torch.Size for shapes. Each is built here, never called.
     {"transformer_engine.pytorch.tensor.float8_tensor._make_float8_tensor_in_reduce_ex",
      GlobalKind::TeFloat8Tensor},
+    {"transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor._make_in_reduce_ex",
+     GlobalKind::TeFloat8TensorLegacy},
     {"transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor",
      GlobalKind::TeFloat8TensorClass},
+    {"transformer_engine.pytorch.float8_tensor.Float8Tensor", GlobalKind::TeFloat8TensorClass},
     {"__builtin__.getattr", GlobalKind::Getattr},
     {"builtins.getattr", GlobalKind::Getattr},
     {"transformer_engine.pytorch.constants.DType", GlobalKind::TeDType},
     {"transformer_engine_torch.DType", GlobalKind::TeDType},
+    {"transformer_engine_extensions.DType", GlobalKind::TeDType},
     {"torch.Size", GlobalKind::TorchSize},
     {"transformer_engine.pytorch.tensor.mxfp8_tensor._make_mxfp8_tensor_in_reduce_ex",
      GlobalKind::TeMxfp8Tensor},

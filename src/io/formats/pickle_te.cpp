@@ -26,32 +26,48 @@ const TensorRef* TorchBuilder::codes_or_none(Ref r, std::string_view fn, const c
   return &t;
 }
 
-Ref TorchBuilder::push_fp8(TensorRef codes, int64_t te_code, size_t scale,
+Ref TorchBuilder::push_fp8(TensorRef codes, int64_t te_code, TeCodes numbering, size_t scale,
                            bool dropped_columnwise) {
-  // The dtype is known when TE's code is; any other code is refused at finish, with the key.
-  codes.dtype = te_code == 7 ? DType::F8_E4M3 : te_code == 8 ? DType::F8_E5M2 : DType::U8;
+  // The dtype is decided at finish, where every FP8 tensor of the file is known (the legacy
+  // 5-argument form needs them all) and the entry's key can be named.
+  codes.dtype = DType::U8;
   const Ref ref = push_tensor(std::move(codes));
   values_.grow(float8_, "tensors");
-  float8_.push_back({tensors_.size() - 1, scale, te_code, dropped_columnwise});
+  float8_.push_back({tensors_.size() - 1, scale, te_code, numbering, dropped_columnwise});
   values_.charge(kHashEntryBytes, "tensors");
   float8_of_tensor_.emplace(tensors_.size() - 1, float8_.size() - 1);
   return ref;
 }
 
-Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
-  constexpr std::string_view fn = "_make_float8_tensor_in_reduce_ex";
-  if (a.size() != 6) {
+Ref TorchBuilder::float8_tensor(std::span<const Ref> a, bool legacy) {
+  // What each TransformerEngine release wrote (docs/pt-format.md): the legacy route
+  // (Float8Tensor._make_in_reduce_ex) with 4 arguments (TE 1.2-1.13: data, fp8_dtype,
+  // fp8_scale_inv, dtype) or 5 (TE 2.0-2.15: + shape); the module-level reconstructor with 5
+  // (TE 2.16 on) or 6 (+ data_transpose: TE's main after 2.18). No release wrote another arity.
+  const std::string_view fn =
+      legacy ? "Float8Tensor._make_in_reduce_ex" : "_make_float8_tensor_in_reduce_ex";
+  const bool fits = legacy ? a.size() == 4 || a.size() == 5 : a.size() == 5 || a.size() == 6;
+  if (!fits) {
     cursor_.invalid(std::string(fn) + " called with " + std::to_string(a.size()) +
-                    " arguments, expected 6 (data, fp8_dtype, fp8_scale_inv, dtype, shape, "
-                    "data_transpose)");
+                    " arguments, which no TransformerEngine release wrote; expected " +
+                    (legacy ? "4 (data, fp8_dtype, fp8_scale_inv, dtype: TE 1.x) or 5 (+ shape: "
+                              "TE 2.0-2.15)"
+                            : "5 (data, fp8_dtype, fp8_scale_inv, dtype, shape: TE 2.16 on) or 6 "
+                              "(+ data_transpose)"));
   }
   const TensorRef* data = codes_or_none(a[0], fn, "data");
-  const TensorRef* transpose = codes_or_none(a[5], fn, "data_transpose");
-  if (values_.get(a[1]).kind != Kind::TeDType) {
+  const TensorRef* transpose = a.size() == 6 ? codes_or_none(a[5], fn, "data_transpose") : nullptr;
+  if (values_.get(a[1]).kind != Kind::TeDType || values_.get(a[1]).number < 0) {
     cursor_.invalid(std::string(fn) + ": fp8_dtype is a " + kind_name(values_.get(a[1]).kind) +
+                    (values_.get(a[1]).kind == Kind::TeDType ? " without its code" : "") +
                     ", expected a TransformerEngine DType");
   }
   const int64_t code = values_.get(a[1]).number;
+  if (values_.get(a[1]).aux == 1 && legacy) {
+    cursor_.invalid(std::string(fn) +
+                    ": fp8_dtype is a DType by member name, which only TE 2.17 "
+                    "on writes, with the module-level reconstructor");
+  }
   const Value& scale = values_.get(a[2]);
   if (scale.kind != Kind::Tensor) {
     cursor_.invalid(std::string(fn) + ": fp8_scale_inv is a " + kind_name(scale.kind) +
@@ -69,7 +85,9 @@ Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
     cursor_.invalid(std::string(fn) + ": dtype is a " + kind_name(values_.get(a[3]).kind) +
                     ", expected a torch dtype");
   }
-  const Shape shape = expect_int_tuple(a[4], std::string(fn) + ": shape");
+  if (a.size() == 4 && data == nullptr) cursor_.invalid(std::string(fn) + ": data is None");
+  const Shape shape =
+      a.size() == 4 ? data->shape : expect_int_tuple(a[4], std::string(fn) + ": shape");
   TensorRef t;
   if (data != nullptr) {
     if (data->shape != shape) {
@@ -91,7 +109,10 @@ Ref TorchBuilder::float8_tensor(std::span<const Ref> a) {
   } else {
     cursor_.invalid(std::string(fn) + ": neither data nor data_transpose is given");
   }
-  return push_fp8(std::move(t), code, scale_index, false);
+  const TeCodes numbering = !legacy         ? TeCodes::From2_4
+                            : a.size() == 4 ? TeCodes::UpTo2_3
+                                            : TeCodes::Either;
+  return push_fp8(std::move(t), code, numbering, scale_index, false);
 }
 
 Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
@@ -156,7 +177,8 @@ Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
   s.mx_padded_cols = padded[1];
   TensorRef codes = *data;  // copied first: pushing the scales may move tensors_
   const auto scale_index = static_cast<size_t>(values_.get(push_tensor(std::move(s))).number);
-  return push_fp8(std::move(codes), values_.get(a[4]).number, scale_index, columnwise);
+  return push_fp8(std::move(codes), values_.get(a[4]).number, TeCodes::From2_4, scale_index,
+                  columnwise);
 }
 
 }  // namespace grouplin::pickle

@@ -281,24 +281,43 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
       }
       return copy[0];
     case GlobalKind::TeFloat8Tensor:
-      return float8_tensor(copy);
+      return float8_tensor(copy, false);
+    case GlobalKind::TeFloat8TensorLegacy:
+      return float8_tensor(copy, true);
     case GlobalKind::TeMxfp8Tensor:
       return mxfp8_tensor(copy);
     case GlobalKind::Getattr:
-      // Only the legacy route to Float8Tensor's reconstructor: getattr(Float8Tensor,
+      // TE >= 2.17's DType (an IntEnum), which Python >= 3.11 pickles by member name:
+      // getattr(DType, 'kFloat8E4M3'). Only its FP8 members are read.
+      if (copy.size() == 2 && is_global(values_, copy[0], GlobalKind::TeDType) &&
+          values_.get(copy[1]).kind == Kind::String) {
+        const std::string_view member = values_.text(copy[1]);
+        if (member != "kFloat8E4M3" && member != "kFloat8E5M2") {
+          cursor_.invalid("TransformerEngine DType member " + quote(std::string(member)) +
+                          "; only kFloat8E4M3 and kFloat8E5M2 are FP8 weights' dtypes");
+        }
+        Ref d = values_.make(Kind::TeDType);
+        values_.get(d).number = member == "kFloat8E4M3" ? 7 : 8;  // TE 2.17's values
+        values_.get(d).aux = 1;
+        return d;
+      }
+      // Else only the legacy route to Float8Tensor's reconstructor: getattr(Float8Tensor,
       // '_make_in_reduce_ex'). Any other attribute of anything could be any function.
       if (copy.size() != 2 || !is_global(values_, copy[0], GlobalKind::TeFloat8TensorClass) ||
           values_.get(copy[1]).kind != Kind::String ||
           values_.text(copy[1]) != "_make_in_reduce_ex") {
         cursor_.fail(ErrorCode::ForbiddenGlobal,
-                     "getattr is accepted only as getattr(Float8Tensor, '_make_in_reduce_ex')");
+                     "getattr is accepted only as getattr(Float8Tensor, '_make_in_reduce_ex') "
+                     "and getattr(DType, 'kFloat8E4M3' or 'kFloat8E5M2') of TransformerEngine");
       }
       return make_global(
-          "transformer_engine.pytorch.tensor.float8_tensor._make_float8_tensor_in_reduce_ex");
-    case GlobalKind::TeDType: {  // an IntEnum: DType(code)
+          "transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor._make_in_reduce_ex");
+    case GlobalKind::TeDType: {  // DType(code): the IntEnum, or pybind11's with TE's __reduce__
       if (copy.size() != 1) cursor_.invalid("TransformerEngine DType called without one code");
       Ref d = values_.make(Kind::TeDType);
-      values_.get(d).number = expect_int(copy[0], "TransformerEngine DType code");
+      const int64_t code = expect_int(copy[0], "TransformerEngine DType code");
+      if (code < 0) cursor_.invalid("TransformerEngine DType code " + std::to_string(code));
+      values_.get(d).number = code;
       return d;
     }
     case GlobalKind::TorchSize:  // torch.Size(tuple): the tuple, checked
@@ -319,10 +338,17 @@ Ref TorchBuilder::new_object(Ref cls, Ref args) {
   if (is_global(values_, cls, GlobalKind::TeMxfp8Quantizer) && no_args) {
     return values_.make(Kind::TeQuantizer);  // its fields come with BUILD, checked there
   }
+  if (is_global(values_, cls, GlobalKind::TeDType) && no_args) {
+    // A pybind11 enum as pybind11 pickles it (TE 1.2-2.15): DType.__new__(DType), then BUILD
+    // with its code. Until then it has none.
+    Ref d = values_.make(Kind::TeDType);
+    values_.get(d).number = -1;
+    return d;
+  }
   if (!is_global(values_, cls, GlobalKind::OrderedDict) || !no_args) {
     cursor_.invalid(
-        "NEWOBJ is only accepted as OrderedDict.__new__(OrderedDict) or "
-        "MXFP8Quantizer.__new__(MXFP8Quantizer)");
+        "NEWOBJ is only accepted as OrderedDict.__new__(OrderedDict), "
+        "MXFP8Quantizer.__new__(MXFP8Quantizer) or DType.__new__(DType) of TransformerEngine");
   }
   Ref d = values_.make_container(Kind::Dict, {});
   values_.get(d).ordered = true;
@@ -330,7 +356,14 @@ Ref TorchBuilder::new_object(Ref cls, Ref args) {
 }
 
 void TorchBuilder::build(Ref instance, Ref state) {
-  const Value& inst = values_.get(instance);
+  Value& inst = values_.get(instance);
+  if (inst.kind == Kind::TeDType) {  // pybind11's enum state: its code, set once
+    if (inst.number >= 0) cursor_.invalid("BUILD on a TransformerEngine DType that has its code");
+    const int64_t code = expect_int(state, "TransformerEngine DType state");
+    if (code < 0) cursor_.invalid("TransformerEngine DType code " + std::to_string(code));
+    values_.get(instance).number = code;
+    return;
+  }
   if (inst.kind == Kind::TeQuantizer) {
     // A quantizer's named fields (rowwise_usage, columnwise_usage, internal, dtype, ...) are
     // read and ignored; only plain values may be among them.
@@ -372,6 +405,20 @@ PickledStateDict TorchBuilder::finish(Ref result) {
   }
   PickledStateDict out;
   out.storages = std::move(storages_);  // the last use of the builder
+  // The numbering of the legacy 5-argument Float8Tensors (TE 2.0-2.15): a code only one side of
+  // TE 2.4's renumbering writes for FP8 (6 before it, 8 after) tells it for the whole file.
+  bool before = false, after = false, either_said = false;
+  for (const Float8Ref& f : float8_) {
+    if (f.numbering != TeCodes::Either) continue;
+    before = before || f.te_code == 6;
+    after = after || f.te_code == 8;
+  }
+  if (before && after) {
+    cursor_.invalid(
+        "TransformerEngine Float8Tensors with both dtype codes 6 and 8: no release wrote both "
+        "(float8 e4m3 was 6 up to TE 2.3, 7 from TE 2.4)");
+  }
+  const TeCodes either = before ? TeCodes::UpTo2_3 : TeCodes::From2_4;
   std::span<const Ref> items = values_.items(result);
   for (size_t i = 0; i < items.size(); i += 2) {
     const Value& k = values_.get(items[i]);
@@ -395,12 +442,28 @@ PickledStateDict TorchBuilder::finish(Ref result) {
     if (auto it = float8_of_tensor_.find(index); it != float8_of_tensor_.end()) {
       const Float8Ref& f = float8_[it->second];
       const std::string key(values_.text(items[i]));
-      if (f.te_code != 7 && f.te_code != 8) {
+      const TeCodes n = f.numbering == TeCodes::Either ? either : f.numbering;
+      const int64_t e4m3 = n == TeCodes::UpTo2_3 ? 6 : 7;
+      if (f.te_code != e4m3 && f.te_code != e4m3 + 1) {
         cursor_.fail(ErrorCode::UnsupportedDType,
                      "state dict entry " + quote(key) +
                          ": a TransformerEngine FP8 tensor of TE dtype code " +
-                         std::to_string(f.te_code) +
-                         "; expected 7 (float8 e4m3) or 8 (float8 e5m2)");
+                         std::to_string(f.te_code) + "; expected " + std::to_string(e4m3) +
+                         " (float8 e4m3) or " + std::to_string(e4m3 + 1) +
+                         " (float8 e5m2), as TransformerEngine " +
+                         (n == TeCodes::UpTo2_3 ? "up to 2.3" : "2.4 and later") + " numbers them");
+      }
+      out.tensors.back().second.dtype = f.te_code == e4m3 ? DType::F8_E4M3 : DType::F8_E5M2;
+      if (f.numbering == TeCodes::Either && !before && !after && !either_said) {
+        either_said = true;
+        values_.grow(out.notes, "the state dict");
+        out.notes.push_back(
+            {ErrorCode::AmbiguousTeDType, key,
+             quote(key) + ": TransformerEngine 2.0-2.15's Float8Tensor (5 arguments) with TE "
+                          "dtype code 7, and no other code in the file to tell the release: "
+                          "read as float8 e4m3, TransformerEngine 2.4-2.15's numbering; "
+                          "TransformerEngine 2.0-2.3 numbered float8 e5m2 7 (the codes are kept "
+                          "byte for byte either way)"});
       }
       values_.grow(out.tensors, "the state dict");
       out.tensors.emplace_back(key + "_scale_inv", tensors_[f.scale]);

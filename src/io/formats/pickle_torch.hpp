@@ -42,9 +42,11 @@ class TorchBuilder {
 
  private:
   Ref rebuild_tensor(std::span<const Ref> args, bool v3);
-  // TransformerEngine's Float8Tensor from (data, fp8_dtype, fp8_scale_inv, dtype, shape,
-  // data_transpose): a tensor of FP8 codes in the logical shape, remembered with its scale.
-  Ref float8_tensor(std::span<const Ref> args);
+  // TransformerEngine's Float8Tensor from (data, fp8_dtype, fp8_scale_inv, dtype[, shape[,
+  // data_transpose]]) as each release wrote it (`legacy`: through
+  // Float8Tensor._make_in_reduce_ex): a tensor of FP8 codes in the logical shape, remembered with
+  // its scale.
+  Ref float8_tensor(std::span<const Ref> args, bool legacy);
   // TransformerEngine's MXFP8Tensor from (rowwise_data, rowwise_scale_inv, columnwise_data,
   // columnwise_scale_inv, fp8_dtype, dtype, shape, quantizer[, with_gemm_swizzled_scales]): the
   // row-wise codes, remembered with their E8M0 scales unpadded (and to be unswizzled); the
@@ -55,8 +57,14 @@ class TorchBuilder {
   // The tensor at r, of one-byte elements (FP8 codes, MX scales), or nullptr for None;
   // InvalidPickle naming `fn` and the argument `what` otherwise.
   const TensorRef* codes_or_none(Ref r, std::string_view fn, const char* what) const;
-  // `codes` as FP8 of TE's dtype code, remembered with the tensor of its scales.
-  Ref push_fp8(TensorRef codes, int64_t te_code, size_t scale, bool dropped_columnwise);
+  // How a TransformerEngine release numbered its DType: float8 e4m3 and e5m2 were 6 and 7 up to
+  // TE 2.3 and are 7 and 8 from TE 2.4 (kInt16 came in at 1). The legacy 5-argument form was
+  // written by TE 2.0-2.15, on both sides of the change.
+  enum class TeCodes : uint8_t { UpTo2_3, From2_4, Either };
+  // `codes` as FP8 of TE's dtype code (its dtype decided at finish), remembered with the tensor
+  // of its scales.
+  Ref push_fp8(TensorRef codes, int64_t te_code, TeCodes numbering, size_t scale,
+               bool dropped_columnwise);
   // A Global value for the allowed global `name`.
   Ref make_global(std::string_view name);
   // The int >= 0 at `ref`; InvalidPickle naming `what` (and "[index]" when one is given)
@@ -78,6 +86,7 @@ class TorchBuilder {
     size_t tensor;
     size_t scale;
     int64_t te_code;
+    TeCodes numbering;
     bool dropped_columnwise = false;  // an MXFP8Tensor's column-wise copy was left out
   };
   std::vector<Float8Ref> float8_;

@@ -46,7 +46,9 @@ struct Value {
   uint32_t aux = 0;
   // Bool, Int: the value; Float: the double's bits; String: offset in the pickle; Global: index
   // in the allow-list; Storage, Tensor: index in the tables of the torch reconstructors;
-  // TeDType: TransformerEngine's dtype code (7 float8 e4m3, 8 float8 e5m2, ...).
+  // TeDType: TransformerEngine's dtype code (float8 e4m3 7 from TE 2.4, 6 before; -1 until a
+  // pybind11 enum's BUILD gives it), aux 1 when it came by member name (TE >= 2.17's IntEnum as
+  // Python >= 3.11 pickles it).
   int64_t number = 0;
 };
 
