@@ -28,21 +28,12 @@ TransformerEngine wrote, made by its own code, are tests/io/real_writers/make_te
 
 import enum
 import sys
-import types
 from pathlib import Path
 
 import torch
 
-
-def module(name):
-    parts = name.split(".")
-    for i in range(1, len(parts) + 1):
-        full = ".".join(parts[:i])
-        if full not in sys.modules:
-            sys.modules[full] = types.ModuleType(full)
-        if i > 1:
-            setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[full])
-    return sys.modules[name]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stub_modules import module  # noqa: E402
 
 
 constants = module("transformer_engine.pytorch.constants")

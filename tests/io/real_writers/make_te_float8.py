@@ -33,9 +33,10 @@ import sys
 import sysconfig
 import tempfile
 import textwrap
-import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from stub_modules import module  # noqa: E402
 # One release of each form (docs/pt-format.md has the table): 1.2-1.7, 1.8-1.10, 1.11-1.13,
 # 2.0-2.3 and 2.4-2.13 (the legacy route; 2.14 and 2.15 pickle CPU tensors dequantized, as plain
 # tensors, and GPU ones as 2.13), 2.16, 2.17-2.18.
@@ -101,17 +102,6 @@ def build_enum_module(repo, tag, name, workdir):
                     *["-I" + p for p in ext.include_paths()], cpp, "-o", out], check=True)
     sys.path.insert(0, workdir)
     return __import__(name)
-
-
-def module(name):
-    parts = name.split(".")
-    for i in range(1, len(parts) + 1):
-        full = ".".join(parts[:i])
-        if full not in sys.modules:
-            sys.modules[full] = types.ModuleType(full)
-        if i > 1:
-            setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[full])
-    return sys.modules[name]
 
 
 def definitions(text, names, inside=None):
