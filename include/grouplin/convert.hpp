@@ -88,10 +88,20 @@ struct ConvertOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
+// Where the rules of a conversion came from.
+enum class RulesFrom {
+  Given,      // ConvertOptions::rules (--rules)
+  ModelType,  // the family config.json's model_type (or ConvertOptions::model_type) names
+  Names,      // detected from the tensor names (detect_rules)
+};
+
 struct ConvertReport {
   CheckpointFormat input_format = CheckpointFormat::Safetensors;
   CheckpointFormat output_format = CheckpointFormat::Safetensors;
   std::vector<GroupedModule> modules;  // grouped modules of IN, in their IN layout
+  // The rule sets that found them (GroupedModule::rules, each once, in module order), and whence.
+  std::vector<std::string> rules;
+  RulesFrom rules_from = RulesFrom::Names;
   size_t input_tensors = 0;
   size_t output_tensors = 0;
   uint64_t data_bytes = 0;        // tensor bytes written

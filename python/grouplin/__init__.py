@@ -152,7 +152,10 @@ def convert(src: PathLike, dst: PathLike, layout: str = "single", format: Option
     - ``progress``: True prints progress to stderr; a callable gets (done, total) bytes.
 
     Ctrl-C stops the conversion (KeyboardInterrupt; dst is left as it was). Returns the report
-    as a dict (tensors, bytes, files written). Raises ``Error``.
+    as a dict (tensors, bytes, files written; ``rules``: the rule sets that found the modules,
+    ``rules_from``: "given", "model_type" (config.json) or "names"; ``warnings``). Raises
+    ``Error``, also when nothing would change (a layout without grouped modules and nothing
+    else to do: ``NoGroupedModules``; docs/cli.md, "Nothing to change").
     """
     if isinstance(max_shard_size, str):
         max_shard_size = _core.parse_byte_size(max_shard_size)

@@ -120,6 +120,10 @@ nb::dict convert(const std::string& in, const std::string& out, const std::strin
   d["data_bytes"] = r.data_bytes;
   d["file_bytes"] = r.file_bytes;
   d["dequantized"] = r.dequantized;
+  d["rules"] = r.rules;
+  d["rules_from"] = r.rules_from == RulesFrom::Given       ? "given"
+                    : r.rules_from == RulesFrom::ModelType ? "model_type"
+                                                           : "names";
   d["directory_output"] = r.directory_output;
   d["output_files"] = r.output_files;
   d["copied_files"] = r.copied_files;

@@ -356,6 +356,13 @@ TEST_F(ConvertTest, NothingToChangeIsAnErrorAndAPartialChangeAWarning) {
   EXPECT_EQ(codes(r), (std::vector<ErrorCode>{ErrorCode::NothingToDequantize,
                                               ErrorCode::ScaleWithoutWeight}));
   EXPECT_EQ(r.warnings[1].key, "o_proj.weight_scale_inv");
+  // The summary names the rules and whence they came.
+  EXPECT_EQ(r.rules, std::vector<std::string>{"te"});
+  EXPECT_EQ(r.rules_from, RulesFrom::Names);
+  ConvertOptions given;
+  given.rules = {builtin_rules("te")};
+  EXPECT_EQ(convert_checkpoint(path("te.safetensors"), path("e.safetensors"), given).rules_from,
+            RulesFrom::Given);
   EXPECT_TRUE(load_checkpoint(path("d.safetensors")).tensors.contains("o_proj.weight_scale_inv"));
   // inspect names the scales as a problem.
   const CheckpointSummary s = inspect_checkpoint(path("te.safetensors"));

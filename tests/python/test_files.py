@@ -147,6 +147,7 @@ def test_convert_between_layouts_is_exact(tmp_path, rng, fmt, bias):
     single = tmp_path / f"single.{fmt}"
     report = grouplin.convert(src, single, layout="single")
     assert report["output_tensors"] == (3 if bias else 2) and report["grouped_modules"] == 1
+    assert report["rules"] == ["te"] and report["rules_from"] == "names"
     got = grouplin.load(single)
     np.testing.assert_array_equal(got["layers.0.experts.weight"],
                                   np.stack([sd[f"layers.0.experts.weight{i}"] for i in range(4)]))
@@ -180,6 +181,7 @@ def test_convert_sharded_hub_checkpoint_to_stacked(tmp_path):
     fused = str(tmp_path / "fused")
     report = grouplin.convert(hub, fused, layout="single", max_shard_size="1KB")
     assert report["directory_output"] and len(report["output_files"]) > 1
+    assert report["rules_from"] == "model_type", report  # config.json names the family
     assert "config.json" in report["copied_files"]
     assert hf_shards_peer.check_fused(hub, fused, "qwen") == []  # transformers 5's fused form
     assert grouplin.verify(hub, fused).same

@@ -92,6 +92,14 @@ void run_convert(const ConvertConfig& c) {
       std::string(layout_name(o.layout)).c_str(), r.input_tensors, r.output_tensors,
       format_bytes(r.data_bytes).c_str(), seconds,
       format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0).c_str());
+  if (!r.rules.empty()) {
+    std::string names;
+    for (const std::string& n : r.rules) names += (names.empty() ? "" : ", ") + n;
+    std::printf("rules: %s (%s)\n", names.c_str(),
+                r.rules_from == RulesFrom::Given       ? "--rules"
+                : r.rules_from == RulesFrom::ModelType ? "config.json's model_type"
+                                                       : "detected from the names");
+  }
   if (r.dequantized > 0) {
     std::printf("dequantized: %zu FP8 weight(s) written as %s, their scales dropped\n",
                 r.dequantized, c.dtype == "f32" ? "F32" : "BF16");

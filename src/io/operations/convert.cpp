@@ -422,6 +422,16 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   report.output_format = *format;
   report.directory_output = directory_out;
   report.modules = plan.modules;
+  for (const GroupedModule& m : plan.modules) {
+    if (std::find(report.rules.begin(), report.rules.end(), m.rules) == report.rules.end()) {
+      report.rules.push_back(m.rules);
+    }
+  }
+  const std::string model_type =
+      options.model_type.empty() ? src->model_type() : options.model_type;
+  report.rules_from = !options.rules.empty()                         ? RulesFrom::Given
+                      : rules_for_model_type(model_type).has_value() ? RulesFrom::ModelType
+                                                                     : RulesFrom::Names;
   report.input_tensors = src->tensors().size();
   report.output_tensors = plan.tensors.size();
   report.warnings.insert(report.warnings.begin(), src->warnings().begin(), src->warnings().end());
