@@ -112,6 +112,40 @@ TEST_F(CliTest, FormatOptionWinsOverExtensionAndQuietIsSilent) {
   r = run({"convert", path("in.safetensors"), path("out.weights"), "--layout", "single"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--format"), std::string::npos);
+  // An extension that names the other format: refused, nothing written.
+  r = run({"convert", path("in.safetensors"), path("out3.safetensors"), "--layout", "single",
+           "--format", "pt"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("is named as a safetensors file, but the format asked for is pt"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("out3.safetensors")));
+}
+
+// Output paths do what their names say (docs/cli.md, "Output paths"): a directory of shards never
+// replaces a file nor takes a file's name, and a file never replaces a directory.
+TEST_F(CliTest, OutputPathsAreWhatTheirNamesSay) {
+  save_safetensors(path("in.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
+  CliRun r = run({"convert", path("in.safetensors"), path("shards.safetensors"), "--layout",
+                  "single", "--max-shard-size", "1KB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--max-shard-size writes a directory of shards"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("shards.safetensors")));
+  // --force does not turn a regular file into a directory.
+  std::ofstream(path("notes")) << "keep me";
+  r = run({"convert", path("in.safetensors"), path("notes"), "--layout", "single",
+           "--max-shard-size", "1KB", "--force"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("exists and is not a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(test_files::read_all(path("notes")), "keep me");
+  // A file input into an existing directory: what would work is named.
+  std::filesystem::create_directory(path("outdir"));
+  r = run({"convert", path("in.safetensors"), path("outdir"), "--layout", "single", "--force"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("a file input converts to a file: name the file, e.g."), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(std::filesystem::is_empty(path("outdir")));
 }
 
 // per-expert -> single -> per-expert gives back the very bytes GroupLin wrote.

@@ -318,6 +318,22 @@ void check_output(const std::string& in, const std::string& out,
                 context + " is " + (src.directory() ? "a file of the input" : "the input file") +
                     "; refusing to overwrite it");
   }
+  // Neither kind of output replaces the other, --force or not (as cp -r refuses).
+  if (directory_out && !S_ISDIR(st.st_mode)) {
+    throw Error(ErrorCode::InvalidArgument,
+                context + " exists and is not a directory; a directory of shards never replaces " +
+                    "it, with or without --force: choose another name, or remove it first");
+  }
+  if (!directory_out && S_ISDIR(st.st_mode)) {
+    const std::string inside =
+        (std::filesystem::path(out) / std::filesystem::path(in).filename()).string();
+    throw Error(ErrorCode::InvalidArgument,
+                context + " is a directory, and " +
+                    (src.directory() ? "its name has a file extension, so a file was asked for: "
+                                       "name the output directory without the extension"
+                                     : "a file input converts to a file: name the file, e.g. " +
+                                           quote(inside)));
+  }
   if (!directory_out && !S_ISREG(st.st_mode)) {
     throw Error(ErrorCode::InvalidArgument, context + " exists and is not a regular file");
   }
@@ -390,6 +406,25 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
       options.max_shard_size.has_value() || (src->directory() && !out_extension);
   if (options.max_shard_size && *options.max_shard_size == 0) {
     throw Error(ErrorCode::InvalidArgument, context + ": a largest shard size of 0 bytes");
+  }
+  // An output named as a file of one format is that file (docs/cli.md, "Output paths").
+  if (options.max_shard_size && out_extension) {
+    throw Error(ErrorCode::InvalidArgument,
+                context + ": --max-shard-size writes a directory of shards, but the output " +
+                    quote(out) + " is named as a " + std::string(format_name(*out_extension)) +
+                    " file; name the directory without the extension, or leave out "
+                    "--max-shard-size for one file");
+  }
+  // (.bin is any binary file: --format decides it.)
+  const bool weak_extension = std::filesystem::path(out).extension() == ".bin";
+  if (!directory_out && options.format && out_extension && !weak_extension &&
+      *options.format != *out_extension) {
+    throw Error(ErrorCode::InvalidArgument, context + ": the output " + quote(out) +
+                                                " is named as a " +
+                                                std::string(format_name(*out_extension)) +
+                                                " file, but the format asked for is " +
+                                                std::string(format_name(*options.format)) +
+                                                "; rename the output or leave out --format");
   }
   check_output(in, out, *src, directory_out, options.overwrite);
   std::optional<CheckpointFormat> format = options.format;
