@@ -138,6 +138,11 @@ std::vector<GroupedModule> find_grouped_modules(const StateDict& dict,
 // not tell from other tensors of their shape: a JSON array of prefixes. Nothing else of the file
 // changes, so a converted file keeps every tensor byte for byte.
 inline constexpr const char* kDeclaredModulesKey = "grouplin.grouped_modules";
+// The safetensors metadata entry in which GroupLin records the model type (config.json's
+// model_type) whose family's rules converted a file, so that the file is read by them again
+// without its config.json beside it (a fused Mixtral converted back comes out under Mixtral's
+// names, not Qwen's). A directory's config.json comes first.
+inline constexpr const char* kModelTypeKey = "grouplin.model_type";
 // The prefixes `metadata` declares ([] when it has no kDeclaredModulesKey). Throws
 // Error(InvalidMetadata) naming `source` when the entry is not a JSON array of strings.
 std::vector<std::string> declared_modules(const std::map<std::string, std::string>& metadata,

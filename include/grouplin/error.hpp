@@ -34,6 +34,8 @@ namespace grouplin {
 //   AmbiguousTeDType  never thrown: the note (PtReadOptions::notes) of a TransformerEngine
 //                Float8Tensor whose dtype code means float8 e4m3 or e5m2 depending on the TE
 //                release that wrote it, read as the later releases' (docs/pt-format.md).
+//   ModelTypeAssumed  never thrown: verify's warning that one input, naming no model family,
+//                was read by the other's (config.json on one side only), or that they differ.
 //   TotalSizeMismatch  never thrown: the code of a warning (Problem in Checkpoint::warnings) for
 //                a directory index whose total_size is not its tensors' bytes.
 #define GROUPLIN_ERROR_CODES(X) \
@@ -74,6 +76,7 @@ namespace grouplin {
   X(ScaleBlocksUnaligned)       \
   X(ScaleWithoutWeight)         \
   X(AmbiguousTeDType)           \
+  X(ModelTypeAssumed)           \
   X(NothingToDequantize)        \
   /* Files in general. */       \
   X(IoError)                    \

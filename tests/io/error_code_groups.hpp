@@ -62,6 +62,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::ScaleBlocksUnaligned:
     case ErrorCode::ScaleWithoutWeight:
     case ErrorCode::AmbiguousTeDType:  // a note, never thrown
+    case ErrorCode::ModelTypeAssumed:  // a warning of verify, never thrown
     case ErrorCode::NothingToDequantize:
     case ErrorCode::IoError:
     case ErrorCode::OutputHoldsOtherFiles:  // about convert's output, never a file's content

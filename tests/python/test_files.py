@@ -190,6 +190,32 @@ def test_convert_sharded_hub_checkpoint_to_stacked(tmp_path):
     assert len(loaded.shards) == len(report["output_files"]) - 1  # the shards and the index
 
 
+def test_a_family_named_by_config_json_goes_with_the_converted_file(tmp_path):
+    # A fused Mixtral written to one file (no config.json beside it) converts back under
+    # Mixtral's own names, and verify reads a side without config.json by the other's family.
+    import hf_shards_peer
+    hub = str(tmp_path / "hub")
+    hf_shards_peer.make(hub, "mixtral", True)
+    fused = tmp_path / "fused.safetensors"
+    report = grouplin.convert(hub, fused, layout="single")
+    assert report["rules_from"] == "model_type"
+    from safetensors import safe_open
+    with safe_open(str(fused), "np") as f:
+        assert f.metadata()["grouplin.model_type"] == "mixtral"
+    back = tmp_path / "back.safetensors"
+    grouplin.convert(fused, back, layout="per-expert")
+    assert sorted(grouplin.load(back).keys()) == sorted(grouplin.load(hub).keys())
+    result = grouplin.verify(hub, back)
+    assert result.same, result.differences
+    # A fused file without the record: verify against the directory reads it as Mixtral.
+    plain = tmp_path / "plain.safetensors"
+    sd = grouplin.load(fused)
+    grouplin.save(plain, {k: sd[k] for k in sd.keys()})
+    result = grouplin.verify(hub, plain)
+    assert result.same, result.differences
+    assert any("read by the rules of" in w.message for w in result.warnings)
+
+
 def test_convert_expert_range_and_progress(tmp_path, rng):
     sd = te_checkpoint(rng, experts=6)
     grouplin.save(tmp_path / "m.safetensors", sd)

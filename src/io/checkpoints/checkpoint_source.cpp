@@ -167,6 +167,12 @@ CheckpointSource::~CheckpointSource() {
   for (const File& f : files_) ::close(f.fd);
 }
 
+std::string CheckpointSource::model_type() const {
+  if (dir_ && !dir_->model_type.empty()) return dir_->model_type;
+  auto it = metadata_.find(kModelTypeKey);
+  return it == metadata_.end() ? "" : it->second;
+}
+
 std::vector<std::string> CheckpointSource::declared_modules() const {
   return grouplin::declared_modules(metadata_, quote(path_));
 }

@@ -82,8 +82,9 @@ class CheckpointSource : public layout::PieceSource {
   // What the input gets wrong, or the reader leaves out on purpose, without stopping a reader:
   // check_shard_contents' warnings for a directory, the .pt reader's notes (CopyDropped).
   const std::vector<Problem>& warnings() const { return warnings_; }
-  // config.json's model_type for a directory; "" for a file.
-  std::string model_type() const { return dir_ ? dir_->model_type : ""; }
+  // config.json's model_type for a directory; for a file (or a directory whose config.json names
+  // none), the one GroupLin's convert recorded in its safetensors metadata (kModelTypeKey); "".
+  std::string model_type() const;
   // The open files: one, or the directory's shards in dir->shards order.
   const std::vector<File>& files() const { return files_; }
   // Bytes of all the files.

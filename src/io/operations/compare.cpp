@@ -92,12 +92,43 @@ struct Canonical {
   std::unordered_map<std::string, size_t> index;
 };
 
-Canonical open_canonical(const std::string& path, const CompareOptions& options) {
+Canonical open_source(const std::string& path, const CompareOptions& options) {
   PtReadOptions pt;
   pt.check_storage_crc = true;
   Canonical c;
   c.src = detail::CheckpointSource::open(path, pt);
   c.model_type = options.model_type.empty() ? c.src->model_type() : options.model_type;
+  return c;
+}
+
+// One model family for both sides where only one names it (a config.json beside one input):
+// the two forms of one model are read by the same rules, or the warning says why not.
+void agree_on_family(Canonical& a, Canonical& b, const std::string& a_path,
+                     const std::string& b_path, const CompareOptions& options,
+                     std::vector<Problem>& warnings) {
+  if (!options.rules.empty() || !options.model_type.empty()) return;
+  const bool known_a = rules_for_model_type(a.model_type).has_value();
+  const bool known_b = rules_for_model_type(b.model_type).has_value();
+  if (known_a == known_b) {
+    if (known_a && a.model_type != b.model_type) {
+      warnings.push_back({ErrorCode::ModelTypeAssumed, "",
+                          quote(a_path) + " is model type " + quote(a.model_type) + " and " +
+                              quote(b_path) + " " + quote(b.model_type) +
+                              " (config.json): each is read by its own family's rules"});
+    }
+    return;
+  }
+  Canonical& from = known_a ? a : b;
+  Canonical& to = known_a ? b : a;
+  warnings.push_back({ErrorCode::ModelTypeAssumed, "",
+                      quote(known_a ? b_path : a_path) +
+                          " names no model family GroupLin knows (no config.json, or another "
+                          "model_type): read by the rules of " +
+                          quote(known_a ? a_path : b_path) + "'s, " + quote(from.model_type)});
+  to.model_type = from.model_type;
+}
+
+void plan_canonical(Canonical& c, const std::string& path, const CompareOptions& options) {
   try {
     c.plan = layout::plan(c.src->tensors(), layout::Target::Compare,
                           {options.rules, c.model_type, std::nullopt, c.src->declared_modules()});
@@ -105,7 +136,6 @@ Canonical open_canonical(const std::string& path, const CompareOptions& options)
     throw Error(e.code(), "reading " + quote(path) + ": " + e.message());
   }
   for (size_t i = 0; i < c.plan.tensors.size(); ++i) c.index.emplace(c.plan.tensors[i].name, i);
-  return c;
 }
 
 // Planned tensors of one checkpoint read one after the other: their concatenation along the
@@ -294,8 +324,12 @@ std::string join_mismatch(const Join& j) {
 
 CompareReport compare_checkpoints(const std::string& a_path, const std::string& b_path,
                                   const CompareOptions& options) {
-  const Canonical a = open_canonical(a_path, options);
-  const Canonical b = open_canonical(b_path, options);
+  Canonical a = open_source(a_path, options);
+  Canonical b = open_source(b_path, options);
+  std::vector<Problem> family_warnings;
+  agree_on_family(a, b, a_path, b_path, options, family_warnings);
+  plan_canonical(a, a_path, options);
+  plan_canonical(b, b_path, options);
   CompareReport r;
   r.format_a = a.src->format();
   r.format_b = b.src->format();
@@ -305,6 +339,7 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
   r.shards_b = b.src->directory() ? b.src->files().size() : 0;
   r.warnings = a.src->warnings();
   r.warnings.insert(r.warnings.end(), b.src->warnings().begin(), b.src->warnings().end());
+  r.warnings.insert(r.warnings.end(), family_warnings.begin(), family_warnings.end());
   // `label` names the entry: quoted, as every message quotes names.
   auto differ = [&](const std::string& label, const std::string& what) {
     r.same = false;

@@ -473,8 +473,13 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   // A safetensors output keeps the input's metadata, with GroupLin's declaration of the modules
   // that detection could not find again without it made anew (every shard of a directory holds
   // the same). A .pt file has no metadata to keep or declare in.
-  const std::map<std::string, std::string> metadata =
+  std::map<std::string, std::string> metadata =
       with_declared_modules(src->metadata(), plan.to_declare);
+  // The family that converted it names its rules next time too (kModelTypeKey): a file output
+  // has no config.json beside it (a directory output gets the input's).
+  if (report.rules_from == RulesFrom::ModelType && !plan.modules.empty() && !directory_out) {
+    metadata[kModelTypeKey] = model_type;
+  }
   if (!plan.unconfirmed.empty()) {
     const UnconfirmedStack& u = plan.unconfirmed.front();
     const size_t more = plan.unconfirmed.size() - 1;
