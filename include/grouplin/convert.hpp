@@ -115,6 +115,9 @@ struct ConvertReport {
   std::vector<std::string> copied_files;
   uint64_t copied_bytes = 0;
   std::vector<std::string> skipped_files;
+  // Other files written changed, one line each ("config.json: quantization_config removed ..."):
+  // with ConvertOptions::dtype, a config.json that declares FP8 weights no longer does.
+  std::vector<std::string> edited_files;
   // What IN gets wrong without stopping the conversion, as Checkpoint::warnings (an input index's
   // total_size that is not its tensors' bytes; OUT's index is exact all the same).
   std::vector<Problem> warnings;

@@ -107,6 +107,38 @@ TEST_F(ConvertDirTest, ModuleListsToFusedExpertsAndBackByteForByte) {
   }
 }
 
+// Dequantized, a checkpoint no longer is what its config.json's quantization_config says: that
+// entry goes (and the summary says so); everything else of config.json stays. Without FP8 in
+// config.json, the file is copied as it is.
+TEST_F(ConvertDirTest, DequantizingDropsTheFp8QuantizationConfig) {
+  StateDict sd;
+  sd.insert("model.layers.0.self_attn.o_proj.weight", Tensor::zeros({128, 128}, DType::F8_E4M3));
+  sd.insert("model.layers.0.self_attn.o_proj.weight_scale_inv", Tensor::zeros({1, 1}, DType::F32));
+  fs::create_directories(path("fp8"));
+  save_safetensors(path("fp8/model.safetensors"), sd);
+  write_text(path("fp8/config.json"),
+             R"({"hidden_size": 128, "model_type": "deepseek_v3", "quantization_config": )"
+             R"({"quant_method": "fp8", "weight_block_size": [128, 128]}})");
+  ConvertOptions o;
+  o.dtype = DType::BF16;
+  const ConvertReport r = convert_checkpoint(path("fp8"), path("bf16"), o);
+  ASSERT_EQ(r.edited_files.size(), 1u);
+  EXPECT_NE(r.edited_files[0].find("quantization_config"), std::string::npos);
+  const nlohmann::json config =
+      nlohmann::json::parse(test_files::read_all(path("bf16/config.json")));
+  EXPECT_FALSE(config.contains("quantization_config"));
+  EXPECT_EQ(config["hidden_size"], 128);
+  EXPECT_EQ(config["model_type"], "deepseek_v3");
+  EXPECT_EQ(
+      load_checkpoint(path("bf16")).tensors.at("model.layers.0.self_attn.o_proj.weight").dtype(),
+      DType::BF16);
+  // A config.json without FP8: copied byte for byte, nothing edited.
+  write_text(path("fp8/config.json"), R"({"model_type": "deepseek_v3"})");
+  const ConvertReport plain = convert_checkpoint(path("fp8"), path("bf16b"), o);
+  EXPECT_TRUE(plain.edited_files.empty());
+  EXPECT_EQ(test_files::read_all(path("bf16b/config.json")), R"({"model_type": "deepseek_v3"})");
+}
+
 TEST_F(ConvertDirTest, ShardsStayUnderTheLimitUnlessOneTensorAloneIsOver) {
   const StateDict sd = hf_state_dict({.experts = 8}, false);
   write_sharded(dir_ / "hf", sd);

@@ -104,6 +104,7 @@ void run_convert(const ConvertConfig& c) {
     std::printf("dequantized: %zu FP8 weight(s) written as %s, their scales dropped\n",
                 r.dequantized, c.dtype == "f32" ? "F32" : "BF16");
   }
+  for (const std::string& e : r.edited_files) std::printf("edited: %s\n", e.c_str());
   if (!r.skipped_files.empty()) {
     std::string names;
     for (size_t i = 0; i < r.skipped_files.size() && i < 8; ++i) {

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
@@ -146,6 +148,31 @@ uint64_t copy_plain_file(const std::string& from, const std::string& to) {
   return size;
 }
 
+// config.json without its FP8 quantization_config, once the weights are written as values: else
+// transformers would take the values for FP8 codes and look for the dropped scales. Writes it as
+// transformers does (sorted keys, indent 2) and returns true; false when it declares no FP8
+// weights (or is not a JSON object), for a plain copy.
+bool write_dequantized_config(const std::string& from, const std::string& to,
+                              ConvertReport& report) {
+  std::ifstream in(from, std::ios::binary);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object() || !config.contains("quantization_config")) return false;
+  const nlohmann::json& q = config["quantization_config"];
+  if (!q.is_object() || q.value("quant_method", "") != "fp8") return false;
+  nlohmann::json out = config;
+  out.erase("quantization_config");
+  const std::string text = out.dump(2) + "\n";
+  std::ofstream f(to, std::ios::binary);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  f.close();
+  if (!f) throw Error(ErrorCode::IoError, "writing " + quote(to));
+  report.copied_bytes += text.size();
+  report.copied_files.push_back("config.json");
+  report.edited_files.push_back(
+      "config.json: quantization_config (fp8) removed: the weights are written as values");
+  return true;
+}
+
 // Entries of the directory `out` that a conversion neither writes nor copies, relative to it and
 // sorted ("notes/", "thesis.tex"): everything but weight and index files directly in `out`
 // (is_weight_file_name: a previous output's shards) and the files copied from the input
@@ -265,6 +292,10 @@ void write_directory(const std::string& in, const std::string& out,
   }
   if (const detail::CheckpointDir* in_dir = src.directory()) {
     for (const std::string& f : in_dir->other_files) {
+      if (f == "config.json" && report.dequantized > 0 &&
+          write_dequantized_config(in_dir->file(f), dir->file(f), report)) {
+        continue;
+      }
       report.copied_bytes += copy_plain_file(in_dir->file(f), dir->file(f));
       report.copied_files.push_back(f);
     }
