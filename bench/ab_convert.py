@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Interleaved A/B of grouplin binaries on one conversion (two builds of different commits, say).
 
-    python3 bench/ab_convert.py IN LAYOUT ROUNDS base=PATH other=PATH [more=PATH ...]
+    python3 bench/ab_convert.py IN LAYOUT ROUNDS base=PATH other=PATH [more=PATH ...] [--opt VALUE]
 
 Each round runs every binary's `grouplin convert IN OUT --layout LAYOUT` once, in a random order,
 each after `sync` and into a fresh OUT beside IN's parent (build/ab-out); prints each binary's
@@ -16,7 +16,11 @@ import sys
 import time
 
 src, layout, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-bins = dict(a.split("=", 1) for a in sys.argv[4:])
+# name=PATH: a binary; anything from the first "--" on goes to every `grouplin convert`.
+rest = sys.argv[4:]
+cut = next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))
+bins = dict(a.split("=", 1) for a in rest[:cut])
+extra = rest[cut:]
 out = os.path.join(os.path.dirname(os.path.abspath(src.rstrip("/"))), "ab-out")
 times = {k: [] for k in bins}
 rng = random.Random(7)
@@ -25,7 +29,8 @@ for r in range(rounds):
         shutil.rmtree(out, ignore_errors=True)
         subprocess.run(["sync"], check=True)
         start = time.perf_counter()
-        subprocess.run([bins[name], "convert", src, out, "--layout", layout, "--quiet"], check=True)
+        subprocess.run([bins[name], "convert", src, out, "--layout", layout, "--quiet", *extra],
+                       check=True)
         times[name].append(time.perf_counter() - start)
     print("round", r, "done", file=sys.stderr, flush=True)
 shutil.rmtree(out, ignore_errors=True)

@@ -36,6 +36,9 @@ namespace grouplin {
 //                release that wrote it, read as the later releases' (docs/pt-format.md).
 //   ModelTypeAssumed  never thrown: verify's warning that one input, naming no model family,
 //                was read by the other's (config.json on one side only), or that they differ.
+//   EntriesSkipped  never thrown: the note (PtReadOptions::notes) of a .pt whose plain values
+//                beside the tensors (None, numbers, strings), or whose training-checkpoint
+//                wrapper around the state dict, were left out.
 //   TotalSizeMismatch  never thrown: the code of a warning (Problem in Checkpoint::warnings) for
 //                a directory index whose total_size is not its tensors' bytes.
 #define GROUPLIN_ERROR_CODES(X) \
@@ -77,6 +80,7 @@ namespace grouplin {
   X(ScaleWithoutWeight)         \
   X(AmbiguousTeDType)           \
   X(ModelTypeAssumed)           \
+  X(EntriesSkipped)             \
   X(NothingToDequantize)        \
   /* Files in general. */       \
   X(IoError)                    \

@@ -77,10 +77,16 @@ inline std::string tensor(const TensorSpec& t) {
 }
 
 // A whole data.pkl: an OrderedDict of (key, pickled value) in order.
-inline std::string state_dict(const std::vector<std::pair<std::string, std::string>>& entries) {
-  std::string s = "\x80\x02" + kOrderedDict + "(";
+// An OrderedDict of `entries` as a value inside a pickle.
+inline std::string state_dict_body(
+    const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string s = kOrderedDict + "(";
   for (const auto& [k, v] : entries) s += U(k) + v;
-  return s + "u.";
+  return s + "u";
+}
+
+inline std::string state_dict(const std::vector<std::pair<std::string, std::string>>& entries) {
+  return "\x80\x02" + state_dict_body(entries) + ".";
 }
 
 }  // namespace grouplin::test_pickle

@@ -284,8 +284,13 @@ TEST(PickleMachine, TopLevelMustBeADictOfTensors) {
   expect_error("\x80\x02" + tensor({}) + ".", ErrorCode::InvalidPickle,
                "the pickle holds a tensor");
   expect_error("].", ErrorCode::InvalidPickle, "the pickle holds a list");
-  expect_error(state_dict({{"n", "N"}}), ErrorCode::InvalidPickle,
-               "entry \"n\" is a None, not a tensor");
+  // Plain values beside tensors are skipped (a note); a list or a dict of something else is not.
+  expect_error(state_dict({{"n", "]"}}), ErrorCode::InvalidPickle,
+               "entry \"n\" is a list, not a tensor");
+  // A training checkpoint holds one dict of tensors, not two.
+  expect_error(state_dict({{"a", state_dict_body({{"w", tensor({})}})},
+                           {"b", state_dict_body({{"w", tensor({})}})}}),
+               ErrorCode::InvalidPickle, "several dicts of them (\"a\", \"b\")");
   expect_error("}(" + I(3) + tensor({}) + "u.", ErrorCode::InvalidPickle,
                "state dict key is a int");
 }

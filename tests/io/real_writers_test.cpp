@@ -115,5 +115,31 @@ TEST_F(RealWritersFiles, EveryTransformerEngineReleasesFloat8TensorsLoad) {
   }
 }
 
+// Training checkpoints as torch.save writes them (make_torch_wrappers.py): the state dict inside
+// a wrapper is the one dict of tensors, plain values beside tensors are left out; both said.
+TEST(RealWriters, TrainingCheckpointsReadTheirStateDict) {
+  auto expect_module = [](const StateDict& sd) {
+    ASSERT_EQ(sd.size(), 8u);
+    EXPECT_EQ(sd.at("experts.weight2").data_as<float>()[5], 205.0f);
+    EXPECT_EQ(sd.at("experts.bias3").data_as<float>()[0], 3.0f);
+    ASSERT_EQ(find_grouped_modules(sd).size(), 1u);
+  };
+  for (const char* name : {"torch2_15_training.pt", "torch2_15_lightning.pt"}) {
+    SCOPED_TRACE(name);
+    std::vector<Problem> notes;
+    expect_module(load_pt(kDir + name, {.notes = &notes}));
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_EQ(notes[0].code, ErrorCode::EntriesSkipped);
+    EXPECT_NE(notes[0].message.find("a training checkpoint"), std::string::npos)
+        << notes[0].message;
+  }
+  std::vector<Problem> notes;
+  expect_module(load_pt(kDir + "torch2_15_extra_none.pt", {.notes = &notes}));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].code, ErrorCode::EntriesSkipped);
+  EXPECT_NE(notes[0].message.find("\"_extra_state\" (None)"), std::string::npos)
+      << notes[0].message;
+}
+
 }  // namespace
 }  // namespace grouplin

@@ -419,17 +419,28 @@ PickledStateDict TorchBuilder::finish(Ref result) {
         "(float8 e4m3 was 6 up to TE 2.3, 7 from TE 2.4)");
   }
   const TeCodes either = before ? TeCodes::UpTo2_3 : TeCodes::From2_4;
-  std::span<const Ref> items = values_.items(result);
+  const Ref state_dict = inner_state_dict(result, out);
+  std::span<const Ref> items = values_.items(state_dict);
+  std::string skipped;  // plain values beside the tensors, named in one note
+  size_t skipped_count = 0;
   for (size_t i = 0; i < items.size(); i += 2) {
     const Value& k = values_.get(items[i]);
     const Value& v = values_.get(items[i + 1]);
     if (k.kind != Kind::String) {
       cursor_.invalid("state dict key is a " + std::string(kind_name(k.kind)));
     }
+    if (is_plain(v.kind)) {  // None (older TE's _extra_state), a step count, a flag, a name
+      if (skipped_count++ < 8) {
+        skipped += (skipped.empty() ? "" : ", ") + quote(values_.text(items[i])) + " (" +
+                   kind_name(v.kind) + ")";
+      }
+      continue;
+    }
     if (v.kind != Kind::Tensor) {
       cursor_.invalid("state dict entry " + quote(values_.text(items[i])) + " is a " +
                       kind_name(v.kind) +
-                      ", not a tensor; only flat name -> tensor dicts are read");
+                      ", not a tensor; only name -> tensor dicts are read (plain values beside "
+                      "the tensors are skipped)");
     }
     // One tensor may be listed under many names: each copy of it counts.
     const auto index = static_cast<size_t>(v.number);
@@ -477,7 +488,66 @@ PickledStateDict TorchBuilder::finish(Ref result) {
       }
     }
   }
+  if (skipped_count > 0) {
+    values_.grow(out.notes, "the state dict");
+    out.notes.push_back({ErrorCode::EntriesSkipped, "",
+                         std::to_string(skipped_count) + " entr" +
+                             (skipped_count == 1 ? "y" : "ies") +
+                             " beside the tensors are not tensors and are left out: " + skipped +
+                             (skipped_count > 8 ? ", ..." : "")});
+  }
   return out;
+}
+
+bool TorchBuilder::is_plain(Kind k) {
+  return k == Kind::None || k == Kind::Bool || k == Kind::Int || k == Kind::Float ||
+         k == Kind::String;
+}
+
+Ref TorchBuilder::inner_state_dict(Ref result, PickledStateDict& out) {
+  // A state dict holds tensors. A training checkpoint holds one under a key of its own
+  // ({"model": sd, "iteration": 7}, Lightning's {"state_dict": sd, "epoch": 3}): the one inner
+  // dict of tensors is the state dict, and what lies beside it is named in a note.
+  std::span<const Ref> items = values_.items(result);
+  auto holds_tensors = [&](Ref dict) {
+    std::span<const Ref> inner = values_.items(dict);
+    for (size_t i = 1; i < inner.size(); i += 2) {
+      if (values_.get(inner[i]).kind == Kind::Tensor) return true;
+    }
+    return false;
+  };
+  if (holds_tensors(result)) return result;
+  std::vector<size_t> inner;
+  for (size_t i = 0; i + 1 < items.size(); i += 2) {
+    if (values_.get(items[i + 1]).kind == Kind::Dict && holds_tensors(items[i + 1])) {
+      inner.push_back(i);
+    }
+  }
+  if (inner.size() != 1) {
+    if (inner.empty()) return result;  // no tensors at all: an empty state dict, or refused
+    std::string names;
+    for (size_t i : inner) names += (names.empty() ? "" : ", ") + quote(values_.text(items[i]));
+    cursor_.invalid("the pickle holds no tensors at its top level but several dicts of them (" +
+                    names +
+                    "); expected a state dict, or one dict of tensors in a training "
+                    "checkpoint");
+  }
+  const Ref key = items[inner[0]];
+  if (values_.get(key).kind != Kind::String) cursor_.invalid("the state dict's key is not a str");
+  std::string beside;
+  for (size_t i = 0; i + 1 < items.size(); i += 2) {
+    if (i == inner[0]) continue;
+    const Value& k = values_.get(items[i]);
+    beside +=
+        (beside.empty() ? "" : ", ") +
+        (k.kind == Kind::String ? quote(values_.text(items[i])) : std::string(kind_name(k.kind)));
+  }
+  values_.grow(out.notes, "the state dict");
+  out.notes.push_back({ErrorCode::EntriesSkipped, std::string(values_.text(key)),
+                       "a training checkpoint: its state dict is the dict under " +
+                           quote(values_.text(key)) + " (its only dict of tensors)" +
+                           (beside.empty() ? "" : "; left out beside it: " + beside)});
+  return items[inner[0] + 1];
 }
 
 }  // namespace grouplin::pickle

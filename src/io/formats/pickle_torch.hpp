@@ -52,6 +52,11 @@ class TorchBuilder {
   // row-wise codes, remembered with their E8M0 scales unpadded (and to be unswizzled); the
   // column-wise copy is dropped.
   Ref mxfp8_tensor(std::span<const Ref> args);
+  // The dict of tensors `result` is, or the one inner dict of tensors of a training checkpoint
+  // ({"model": sd, ...}; said in a note); InvalidPickle for several.
+  Ref inner_state_dict(Ref result, PickledStateDict& out);
+  // A value that may lie beside the tensors and is skipped: None, bool, int, float, str.
+  static bool is_plain(Kind k);
   // t appended to the tensors, as a Tensor value.
   Ref push_tensor(TensorRef t);
   // The tensor at r, of one-byte elements (FP8 codes, MX scales), or nullptr for None;
