@@ -1,6 +1,6 @@
 # GroupLin's two everyday commands: `make run` (the demo) and `make test` (every test: the
-# formatting check, a normal build, a sanitizer + fuzzing build and an aarch64 cross build). Both
-# install missing dependencies first.
+# formatting check, a normal build, the Python package, the pinned real writers and readers, a
+# sanitizer + fuzzing build and an aarch64 cross build). Both install missing dependencies first.
 BUILD ?= build
 SAN_BUILD ?= build-san
 CROSS_BUILD ?= build-aarch64
