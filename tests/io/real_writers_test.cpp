@@ -97,7 +97,9 @@ TEST_F(RealWritersFiles, EveryTransformerEngineReleasesFloat8TensorsLoad) {
     // releases' numbering, and said.
     const bool ambiguous = v == "2_4" || v == "2_13";
     ASSERT_EQ(notes.size(), ambiguous ? 1u : 0u);
-    if (ambiguous) EXPECT_EQ(notes[0].code, ErrorCode::AmbiguousTeDType);
+    if (ambiguous) {
+      EXPECT_EQ(notes[0].code, ErrorCode::AmbiguousTeDType);
+    }
     ASSERT_EQ(find_grouped_modules(sd).size(), 1u);
     // Dequantized: each code's E4M3 value times its scale.
     ConvertOptions o;
