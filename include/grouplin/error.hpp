@@ -147,6 +147,11 @@ std::string escaped(std::string_view text);
 // "... (N bytes)": how messages and listings name a file, key or record ("model.pt").
 std::string quote(std::string_view name);
 
+// For a message about a name that is not one of `known`: `; did you mean "x"?` naming the known
+// name closest to `got` (case, '-' and '_' aside, at most a third of its letters off), or "".
+//   "unknown command " + quote(cmd) + did_you_mean(cmd, {"inspect", "convert"})
+std::string did_you_mean(std::string_view got, const std::vector<std::string>& known);
+
 // One problem of an Error, as data: what a program needs to act on it without parsing text.
 struct Problem {
   ErrorCode code;

@@ -1,8 +1,10 @@
 #include "grouplin/error.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "core/parser_text.hpp"
 #include "core/utf8.hpp"
@@ -120,4 +122,50 @@ std::string parser_text(std::string_view what) {
 }
 
 }  // namespace detail
+}  // namespace grouplin
+
+namespace grouplin {
+namespace {
+
+// Lower case, '-' as '_': "qwen3-moe" and "Qwen3_MoE" are one name to a reader.
+std::string folded_name(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string did_you_mean(std::string_view got, const std::vector<std::string>& known) {
+  const std::string g = folded_name(got);
+  const size_t limit = std::max<size_t>(1, g.size() / 3);
+  const std::string* best = nullptr;
+  size_t best_distance = limit + 1;
+  for (const std::string& k : known) {
+    const size_t d = edit_distance(g, folded_name(k));
+    if (d < best_distance) {
+      best_distance = d;
+      best = &k;
+    }
+  }
+  return best ? "; did you mean " + quote(*best) + "?" : "";
+}
+
 }  // namespace grouplin

@@ -189,9 +189,14 @@ LayoutRules structure(std::string_view name) {
   if (name == "stacked-linear") return stacked_linear();
   if (name == "folded") return folded();
   std::string known;
-  for (const char* n : kStructures) known += (known.empty() ? "" : ", ") + std::string(n);
-  throw Error(ErrorCode::InvalidArgument, "layout rules " + quote(name) +
-                                              ": no such built-in set (known: " + known +
+  std::vector<std::string> names;
+  for (const char* n : kStructures) {
+    known += (known.empty() ? "" : ", ") + std::string(n);
+    names.emplace_back(n);
+  }
+  for (const ModelFamily& f : model_families()) names.push_back(f.model_type);
+  throw Error(ErrorCode::InvalidArgument, "layout rules " + quote(name) + ": no such built-in set" +
+                                              did_you_mean(name, names) + " (known: " + known +
                                               ", and the model types `grouplin rules` lists)");
 }
 

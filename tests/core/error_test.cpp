@@ -120,5 +120,14 @@ TEST(ErrorCodeTest, QuoteCutsLongNamesOnACharacterBoundary) {
   EXPECT_EQ(quote(exact), "\"" + exact + "\"");
 }
 
+TEST(DidYouMean, NamesTheClosestKnownNameOrNothing) {
+  const std::vector<std::string> known = {"inspect", "convert", "verify", "qwen3_moe"};
+  EXPECT_EQ(did_you_mean("conver", known), "; did you mean \"convert\"?");
+  EXPECT_EQ(did_you_mean("Qwen3-MoE", known), "; did you mean \"qwen3_moe\"?");  // case, '-'
+  EXPECT_EQ(did_you_mean("verfiy", known), "; did you mean \"verify\"?");        // 2 of 6 off
+  EXPECT_EQ(did_you_mean("frobnicate", known), "");
+  EXPECT_EQ(did_you_mean("x", {}), "");
+}
+
 }  // namespace
 }  // namespace grouplin

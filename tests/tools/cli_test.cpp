@@ -96,6 +96,22 @@ TEST_F(CliTest, ConvertsBothLayoutsBothFormats) {
   EXPECT_TRUE(files().empty());
 }
 
+// A mistyped command or rule set name is named with the closest right one, exit 2.
+TEST_F(CliTest, MistypedNamesSuggestTheRightOne) {
+  CliRun r = run({"conver", "a", "b"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("grouplin: InvalidArgument: unknown command \"conver\"; did you mean "
+                       "\"convert\"?"),
+            std::string::npos)
+      << r.err;
+  r = run({"rules", "qwen3-moe"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("did you mean \"qwen3_moe\"?"), std::string::npos) << r.err;
+  r = run({"frobnicate"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;  // nothing close
+}
+
 TEST_F(CliTest, FormatOptionWinsOverExtensionAndQuietIsSilent) {
   save_safetensors(path("in.safetensors"), moe_state_dict(kModules, ExpertLayout::PerExpert));
   CliRun r = run({"convert", path("in.safetensors"), path("out.bin"), "--layout", "single",

@@ -1,9 +1,11 @@
 // grouplin: inspect, convert and verify grouped-layer checkpoints; demo and benchmark.
 // Exit codes: 0 success, 1 a negative answer (verify), 2 bad usage or bad input; a command
 // stopped by SIGINT or SIGTERM (convert) 128 + the signal number: 130, 143.
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/interrupt.hpp"
@@ -51,6 +53,20 @@ int main(int argc, char** argv) {
   grouplin::cli::add_rules_command(app);
   grouplin::cli::add_demo_command(app);
   grouplin::cli::add_bench_command(app);
+  // A mistyped command: named, with the closest one (CLI11 alone says "A subcommand is
+  // required").
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+    if (std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+      std::string list;
+      for (const std::string& c : commands) list += (list.empty() ? "" : ", ") + c;
+      std::cerr << "grouplin: InvalidArgument: unknown command " << grouplin::quote(argv[1])
+                << grouplin::did_you_mean(argv[1], commands) << " (commands: " << list
+                << "; grouplin --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
