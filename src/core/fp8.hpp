@@ -42,6 +42,9 @@ std::string expected_scales(const Shape& shape, const std::vector<int64_t>& bloc
 // FP8, DeepSeek-V3): "o_proj.weight" -> "o_proj.weight_scale_inv". Scales of grouped modules are
 // paired by their rules instead (StackedTensorRule::scale_of).
 std::string fp8_scale_name(std::string_view weight);
+// Whether `t` holds FP8 codes whose values need their scales (F8_E4M3, F8_E5M2; not the E8M0
+// scales themselves).
+inline bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
 // The weight `name` is the scales of by that spelling ("o_proj.weight_scale_inv" ->
 // "o_proj.weight"); nullopt for any other name.
 std::optional<std::string> fp8_weight_of(std::string_view name);

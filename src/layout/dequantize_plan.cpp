@@ -12,11 +12,7 @@
 #include "layout/planned_tensor.hpp"
 
 namespace grouplin::layout {
-namespace {
-
-bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
-
-}  // namespace
+namespace {}  // namespace
 
 Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scales) {
   Dequantization d;
@@ -54,29 +50,36 @@ Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scale
                   "; its scales would be " + expected);
 }
 
+ScaleIndex::ScaleIndex(const std::vector<PlannedTensor>& tensors) : tensors_(tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    index_.emplace(tensors[i].name, i);
+    if (!tensors[i].scale_of.empty()) scales_of_.emplace(tensors[i].scale_of, i);
+  }
+}
+
+std::optional<size_t> ScaleIndex::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? std::nullopt : std::optional<size_t>(it->second);
+}
+
+std::optional<size_t> ScaleIndex::scales_of(const std::string& weight) const {
+  if (auto it = scales_of_.find(weight); it != scales_of_.end()) return it->second;
+  const std::optional<size_t> named = find(core::fp8_scale_name(weight));
+  if (named && tensors_[*named].scale_of.empty()) return named;
+  return std::nullopt;
+}
+
 size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingScales missing) {
   if (to != DType::F32 && to != DType::BF16 && to != DType::F16) {
     throw Error(ErrorCode::InvalidArgument,
                 "dequantizing to " + std::string(dtype_name(to)) + ": expected F32, BF16 or F16");
   }
-  // Each weight's scales: those a module's rules declare (scale_of), else, for a dense weight,
-  // the entry named as checkpoints name them (core::fp8_scale_name).
-  std::unordered_map<std::string, size_t> index, scales_of;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    index.emplace(tensors[i].name, i);
-    if (!tensors[i].scale_of.empty()) scales_of.emplace(tensors[i].scale_of, i);
-  }
+  const ScaleIndex scales_index(tensors);
   std::vector<bool> dropped(tensors.size(), false);
   size_t count = 0;
   for (PlannedTensor& t : tensors) {
-    if (!is_fp8(t.dtype) || t.dequantize) continue;
-    std::optional<size_t> at;
-    if (auto it = scales_of.find(t.name); it != scales_of.end()) {
-      at = it->second;
-    } else if (auto d = index.find(core::fp8_scale_name(t.name));
-               d != index.end() && tensors[d->second].scale_of.empty()) {
-      at = d->second;
-    }
+    if (!core::is_fp8(t.dtype) || t.dequantize) continue;
+    const std::optional<size_t> at = scales_index.scales_of(t.name);
     if (!at) {
       if (missing == MissingScales::Keep) continue;
       throw Error(ErrorCode::Fp8ScalesNotApplied,
@@ -125,7 +128,7 @@ std::vector<Error> scale_problems(const StateDict& dict, const GroupedScan& scan
                                                  scan.problem_keys.end());
   std::vector<Error> out;
   for (const auto& [name, t] : dict) {
-    if (!is_fp8(t.dtype()) || in_modules.count(name) != 0) continue;
+    if (!core::is_fp8(t.dtype()) || in_modules.count(name) != 0) continue;
     const std::string scale_name = core::fp8_scale_name(name);
     const Tensor* scales = dict.find(scale_name);
     if (scales == nullptr || in_modules.count(scale_name) != 0 || reported.count(scale_name)) {

@@ -6,12 +6,32 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grouplin/checkpoint_layout.hpp"
 #include "layout/planned_tensor.hpp"
 
 namespace grouplin::layout {
+
+// Which planned tensor holds each FP8 weight's scales, the one rule for dequantization and for
+// loading into FP8 modules: the tensor whose PlannedTensor::scale_of names the weight (a grouped
+// module's, as its rules declare), else, for a dense weight, the entry named
+// core::fp8_scale_name(weight) that scales nothing else. Also finds tensors by name.
+class ScaleIndex {
+ public:
+  explicit ScaleIndex(const std::vector<PlannedTensor>& tensors);
+  // The index of the tensor named `name`.
+  std::optional<size_t> find(const std::string& name) const;
+  // The index of the scales of the weight named `weight`.
+  std::optional<size_t> scales_of(const std::string& weight) const;
+
+ private:
+  const std::vector<PlannedTensor>& tensors_;
+  std::unordered_map<std::string, size_t> index_, scales_of_;
+};
 
 // What an FP8 tensor without scales beside it becomes.
 enum class MissingScales {

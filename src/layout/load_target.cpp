@@ -19,8 +19,6 @@ std::string join_indices(const std::vector<int64_t>& v, size_t limit = 16) {
   return s;
 }
 
-bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
-
 // One parameter family ("weight" or "bias") of one target.
 struct Family {
   const LoadTarget& target;
@@ -42,12 +40,13 @@ struct Family {
 class Fitter {
  public:
   Fitter(std::vector<PlannedTensor>& tensors, bool strict, LoadFindings& out)
-      : tensors_(tensors), strict_(strict), out_(out), drop_(tensors.size(), false) {
+      : tensors_(tensors),
+        strict_(strict),
+        out_(out),
+        drop_(tensors.size(), false),
+        index_(tensors) {
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      const PlannedTensor& t = tensors_[i];
-      index_.emplace(t.name, i);
-      if (!t.scale_of.empty()) scales_of_.emplace(t.scale_of, i);
-      const SplitKey k = split_key(t.name);
+      const SplitKey k = split_key(tensors_[i].name);
       for (const char* base : {"weight", "bias"}) {
         if (auto e = expert_index(k.leaf, base)) experts_[std::string(k.prefix) + base][*e] = i;
       }
@@ -55,12 +54,11 @@ class Fitter {
   }
 
   void fit(const Family& f) {
-    const auto stacked = index_.find(f.key());
+    const std::optional<size_t> stacked = index_.find(f.key());
     const auto experts = experts_.find(f.key());
-    const bool has_stacked = stacked != index_.end();
     const bool has_experts = experts != experts_.end();
-    if (has_stacked && has_experts) return both_layouts(f, stacked->second, experts->second);
-    if (has_stacked) return from_stacked(f, stacked->second);
+    if (stacked && has_experts) return both_layouts(f, *stacked, experts->second);
+    if (stacked) return from_stacked(f, *stacked);
     if (has_experts) return from_per_expert(f, experts->second);
     // Nothing at all: the module reports its keys missing.
   }
@@ -94,18 +92,10 @@ class Fitter {
     added_.push_back(std::move(t));
   }
 
-  // The scales of FP8 codes `codes`: those the rules declare for it, else the entry named as
-  // checkpoints name them.
-  std::optional<size_t> scales_of(const std::string& codes) const {
-    if (auto it = scales_of_.find(codes); it != scales_of_.end()) return it->second;
-    auto it = index_.find(core::fp8_scale_name(codes));
-    if (it != index_.end() && tensors_[it->second].scale_of.empty()) return it->second;
-    return std::nullopt;
-  }
   // Drops `codes` and its scales.
   void drop_with_scales(size_t codes) {
     drop_[codes] = true;
-    if (auto s = scales_of(tensors_[codes].name)) drop_[*s] = true;
+    if (auto s = index_.scales_of(tensors_[codes].name)) drop_[*s] = true;
   }
 
   // Codes and their scales as an FP8 module holds them (E4M3, one scale per kFp8Block square
@@ -114,9 +104,10 @@ class Fitter {
                                    const PlannedTensor& codes) {
     const std::string what =
         "module " + quote(f.module_name()) + " holds F8_E4M3 weights: " + quote(key) + " ";
-    const std::optional<size_t> s = is_fp8(codes.dtype) ? scales_of(codes.name) : std::nullopt;
+    const std::optional<size_t> s =
+        core::is_fp8(codes.dtype) ? index_.scales_of(codes.name) : std::nullopt;
     if (!s) {
-      const bool fp8 = is_fp8(codes.dtype);
+      const bool fp8 = core::is_fp8(codes.dtype);
       problem(fp8 ? ErrorCode::Fp8ScalesNotApplied : ErrorCode::UnsupportedConversion, key,
               what + (fp8 ? "is " + std::string(dtype_name(codes.dtype)) + " codes without " +
                                 quote(core::fp8_scale_name(key)) + " beside it"
@@ -266,7 +257,7 @@ class Fitter {
   LoadFindings& out_;
   std::vector<bool> drop_;
   std::vector<PlannedTensor> added_;
-  std::unordered_map<std::string, size_t> index_, scales_of_;
+  const ScaleIndex index_;  // the given tensors by name, and their scales
   // Per-expert entries by stacked name (prefix + base) and index.
   std::unordered_map<std::string, std::map<int64_t, size_t>> experts_;
 };

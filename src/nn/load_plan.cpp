@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/load_state_dict.hpp"
 #include "grouplin/module_extension.hpp"
@@ -58,8 +59,7 @@ bool LoadPlan::check_compatible(const std::string& module_key, const PlannedTens
   // FP8 codes mean nothing without their scales: widening the codes alone gives wrong weights
   // with no error, the worst kind of load. With their scales beside them (key + "_scale_inv")
   // they arrive here dequantized already (Module::load_state_dict).
-  const bool fp8_src = src.dtype == DType::F8_E4M3 || src.dtype == DType::F8_E5M2;
-  if (fp8_src && src.dtype != dst.dtype()) {
+  if (core::is_fp8(src.dtype) && src.dtype != dst.dtype()) {
     add_problem(ErrorCode::Fp8ScalesNotApplied, key,
                 quote(key) + ": dtype " + std::string(dtype_name(src.dtype)) + " into a " +
                     std::string(dtype_name(dst.dtype())) + " parameter without " +
