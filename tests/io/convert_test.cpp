@@ -364,6 +364,13 @@ TEST_F(ConvertTest, NothingToChangeIsAnErrorAndAPartialChangeAWarning) {
   EXPECT_EQ(convert_checkpoint(path("te.safetensors"), path("e.safetensors"), given).rules_from,
             RulesFrom::Given);
   EXPECT_TRUE(load_checkpoint(path("d.safetensors")).tensors.contains("o_proj.weight_scale_inv"));
+  // Modules already per-expert, the same format, and no FP8 weight: --dtype changes nothing.
+  ConvertOptions kept = bf16;
+  kept.layout = ExpertLayout::PerExpert;
+  EXPECT_EQ(
+      code_of([&] { convert_checkpoint(path("te.safetensors"), path("f.safetensors"), kept); }),
+      ErrorCode::NothingToDequantize);
+  EXPECT_FALSE(fs::exists(path("f.safetensors")));
   // inspect names the scales as a problem.
   const CheckpointSummary s = inspect_checkpoint(path("te.safetensors"));
   ASSERT_EQ(s.scan.problems.size(), 1u);

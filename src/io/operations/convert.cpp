@@ -379,14 +379,19 @@ void check_output(const std::string& in, const std::string& out,
 // cannot make at all is an error; one that makes some of what was asked warns about the rest.
 void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource& src,
                    const ConversionPlan& plan, CheckpointFormat format, bool directory_out,
-                   ConvertReport& report) {
+                   const std::string& model_type, ConvertReport& report) {
   const bool dequantized = report.dequantized > 0;
-  const bool rewritten = format != src.format() || directory_out != (src.directory() != nullptr) ||
-                         options.max_shard_size.has_value() || dequantized;
-  const std::string rules =
-      options.rules.empty() ? "the rules detected from its names" +
-                                  std::string(src.model_type().empty() ? "" : " and config.json")
-                            : "the rules given";
+  // What changes besides the dtype: the files (format, sharding), or a module's layout or experts.
+  const bool reshaped = format != src.format() || directory_out != (src.directory() != nullptr) ||
+                        options.max_shard_size.has_value();
+  const bool regrouped =
+      options.experts.has_value() ||
+      std::any_of(plan.modules.begin(), plan.modules.end(),
+                  [&](const GroupedModule& m) { return m.mixed || m.layout != options.layout; });
+  const std::string rules = report.rules_from == RulesFrom::Given ? "the rules given"
+                            : report.rules_from == RulesFrom::ModelType
+                                ? "the rules of model type " + quote(model_type)
+                                : "the rules detected from its names";
   if (plan.modules.empty()) {
     if (options.experts) {
       throw Error(ErrorCode::NoGroupedModules,
@@ -396,7 +401,7 @@ void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource
                       "`grouplin rules` lists them)");
     }
     const std::string layout(layout_name(options.layout));
-    if (!rewritten) {
+    if (!reshaped && !dequantized) {
       throw Error(ErrorCode::NoGroupedModules,
                   "no grouped module found by " + rules + ": converting to the " + layout +
                       " layout would change nothing (--rules names the rules; `grouplin rules` " +
@@ -410,10 +415,7 @@ void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource
     const std::string what = "--dtype " + std::string(dtype_name(*options.dtype)) +
                              ": no FP8 weight with its scales (W and W_scale_inv) to write as "
                              "values";
-    if (plan.modules.empty() && format == src.format() &&
-        directory_out == (src.directory() != nullptr) && !options.max_shard_size) {
-      throw Error(ErrorCode::NothingToDequantize, what);
-    }
+    if (!reshaped && !regrouped) throw Error(ErrorCode::NothingToDequantize, what);
     report.warnings.push_back({ErrorCode::NothingToDequantize, "", what + "; nothing dequantized"});
   }
   if (options.dtype) {
@@ -470,16 +472,19 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
 
   ConversionPlan plan;
   ConvertReport report;
+  const std::string model_type =
+      options.model_type.empty() ? src->model_type() : options.model_type;
+  report.rules_from = !options.rules.empty()                         ? RulesFrom::Given
+                      : rules_for_model_type(model_type).has_value() ? RulesFrom::ModelType
+                                                                     : RulesFrom::Names;
   try {
-    plan = plan_conversion(
-        src->tensors(), options.layout,
-        {options.rules, options.model_type.empty() ? src->model_type() : options.model_type,
-         options.experts, src->declared_modules()});
+    plan = plan_conversion(src->tensors(), options.layout,
+                           {options.rules, model_type, options.experts, src->declared_modules()});
     if (options.dtype) {
       report.dequantized =
           layout::dequantize_plan(plan.tensors, *options.dtype, layout::MissingScales::Refuse);
     }
-    refuse_no_ops(options, *src, plan, *format, directory_out, report);
+    refuse_no_ops(options, *src, plan, *format, directory_out, model_type, report);
   } catch (const Error& e) {
     throw Error(e.code(), context + ": " + e.message());
   }
@@ -493,11 +498,6 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
       report.rules.push_back(m.rules);
     }
   }
-  const std::string model_type =
-      options.model_type.empty() ? src->model_type() : options.model_type;
-  report.rules_from = !options.rules.empty()                         ? RulesFrom::Given
-                      : rules_for_model_type(model_type).has_value() ? RulesFrom::ModelType
-                                                                     : RulesFrom::Names;
   report.input_tensors = src->tensors().size();
   report.output_tensors = plan.tensors.size();
   report.warnings.insert(report.warnings.begin(), src->warnings().begin(), src->warnings().end());
