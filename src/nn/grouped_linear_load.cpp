@@ -5,8 +5,6 @@
 // P.weight{i}_scale_inv, and _extra_state. The one thing left to the module is where its bytes
 // go: a Single layout's stacked parameter also takes its experts one by one (a per-expert source,
 // each expert copied straight into its slice).
-#include <functional>
-
 #include "core/fp8.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/load_state_dict.hpp"
@@ -24,15 +22,18 @@ layout::LoadTarget load_target(const GroupedLinear& g, const std::string& prefix
 
 namespace {
 
-// One family of the module's entries: a stacked tensor (`per_expert` false: one index for all
-// experts) or one per expert, and how the source names expert i of it.
+// One family of the module's entries (its weights, biases or FP8 scales): one stacked tensor
+// (Single layout) or one per expert, named as the module's state_dict names them.
 struct Entries {
-  std::string stacked_key;                         // P.weight
-  std::function<std::string(int64_t)> expert_key;  // P.weight{i}
-  size_t first = 0;                                // parameter or buffer index of expert 0
-  WeightLayout layout = WeightLayout::PerExpert;
-  bool buffer = false;
-  bool report_missing = true;
+  const std::string& prefix;
+  const char* base;  // "weight" or "bias"
+  bool scales;       // the FP8 scales of the weights: buffers, covered by the codes' report
+  size_t first;      // parameter or buffer index of expert 0 (Single: of all)
+  WeightLayout layout;
+
+  std::string named(std::string key) const { return scales ? core::fp8_scale_name(key) : key; }
+  std::string stacked_key() const { return named(prefix + base); }
+  std::string expert_key(int64_t i) const { return named(layout::expert_key(prefix, base, i)); }
 };
 
 }  // namespace
@@ -42,7 +43,7 @@ void GroupedLinear::plan_load(const LoadSource& source, const std::string& prefi
   auto copy = [&](const Entries& e, const std::string& key, const SourceTensor& src, size_t index,
                   int64_t expert) {
     plan.claim(key);
-    if (e.buffer) {
+    if (e.scales) {
       plan.plan_buffer_copy(key, src, *this, index, expert);
     } else if (plan.options().assign && expert < 0 && e.layout != WeightLayout::Contiguous &&
                src.dtype() == parameters()[index].value.dtype()) {
@@ -54,8 +55,8 @@ void GroupedLinear::plan_load(const LoadSource& source, const std::string& prefi
   };
   auto load = [&](const Entries& e) {
     if (e.layout == WeightLayout::Single) {
-      if (const SourceTensor* src = source.find(e.stacked_key)) {
-        return copy(e, e.stacked_key, *src, e.first, -1);
+      if (const SourceTensor* src = source.find(e.stacked_key())) {
+        return copy(e, e.stacked_key(), *src, e.first, -1);
       }
       std::vector<std::string> absent;
       for (int64_t i = 0; i < n; ++i) {
@@ -66,8 +67,8 @@ void GroupedLinear::plan_load(const LoadSource& source, const std::string& prefi
           absent.push_back(key);
         }
       }
-      if (!e.report_missing) return;
-      if (absent.size() == static_cast<size_t>(n)) absent = {e.stacked_key};
+      if (e.scales) return;
+      if (absent.size() == static_cast<size_t>(n)) absent = {e.stacked_key()};
       for (const std::string& key : absent) plan.add_missing(key);
       return;
     }
@@ -75,23 +76,15 @@ void GroupedLinear::plan_load(const LoadSource& source, const std::string& prefi
       const std::string key = e.expert_key(i);
       if (const SourceTensor* src = source.find(key)) {
         copy(e, key, *src, e.first + static_cast<size_t>(i), -1);
-      } else if (e.report_missing) {
+      } else if (!e.scales) {
         plan.add_missing(key);
       }
     }
   };
-  auto named = [&](const char* base) {
-    return [&prefix, base](int64_t i) { return layout::expert_key(prefix, base, i); };
-  };
-  load({prefix + "weight", named("weight"), 0, layout_});
-  if (options_.bias) load({prefix + "bias", named("bias"), first_bias_param(), bias_layout_});
+  load({prefix, "weight", false, 0, layout_});
+  if (options_.bias) load({prefix, "bias", false, first_bias_param(), bias_layout_});
   if (options_.params_dtype == DType::F8_E4M3) {
-    // Scales come with their codes: the codes' report covers them.
-    load({core::fp8_scale_name(prefix + "weight"),
-          [&prefix](int64_t i) {
-            return core::fp8_scale_name(layout::expert_key(prefix, "weight", i));
-          },
-          scale_buffer(0), layout_, /*buffer=*/true, /*report_missing=*/false});
+    load({prefix, "weight", true, scale_buffer(0), layout_});
   }
 
   // _extra_state loads like any module's buffer, and may be absent.
