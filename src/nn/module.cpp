@@ -117,11 +117,15 @@ PlannedDict source_for_load(const StateDict& dict, const LoadOptions& options,
   // rounded once more only into a BF16 or F16 parameter: PyTorch's (q.float() * scale).to(dtype)).
   // Without scales they stay codes, which a float parameter refuses (Fp8ScalesNotApplied). An
   // FP8 module takes codes and scales as they are.
+  std::vector<std::string> fp8_prefixes;
+  for (const layout::LoadTarget& g : targets) {
+    if (g.fp8) fp8_prefixes.push_back(g.prefix);
+  }
   std::vector<PlannedTensor> as_codes, rest;
   for (PlannedTensor& t : plan.tensors) {
-    const bool fp8_module = std::any_of(targets.begin(), targets.end(), [&](const auto& g) {
-      return g.fp8 && t.name.starts_with(g.prefix);
-    });
+    const bool fp8_module =
+        std::any_of(fp8_prefixes.begin(), fp8_prefixes.end(),
+                    [&](const std::string& p) { return t.name.starts_with(p); });
     (fp8_module ? as_codes : rest).push_back(std::move(t));
   }
   layout::dequantize_plan(rest, DType::F32, layout::MissingScales::Keep);
