@@ -29,6 +29,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "grouplin/dtype.hpp"
@@ -134,6 +135,7 @@ class LoadPlan {
   LoadReport report_;
   std::vector<Write> writes_;
   std::vector<Problem> problems_;
+  std::set<std::pair<ErrorCode, std::string>> reported_;  // (code, key) of add_problem's
   std::vector<std::string> claimed_;
   std::set<std::string> covered_;                         // keys a problem accounts for
   std::unordered_map<std::string, std::string> origins_;  // module key -> source key

@@ -36,9 +36,7 @@ void LoadPlan::add_missing(const std::string& key) {
 
 void LoadPlan::add_problem(ErrorCode code, const std::string& key, std::string message) {
   // The experts of one stacked entry fail alike (a dtype): one problem for the entry.
-  for (const Problem& p : problems_) {
-    if (p.code == code && p.key == key) return;
-  }
+  if (!reported_.emplace(code, key).second) return;
   problems_.push_back({code, key, std::move(message)});
 }
 
