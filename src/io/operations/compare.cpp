@@ -123,8 +123,9 @@ void agree_on_family(Canonical& a, Canonical& b, const std::string& a_path,
   warnings.push_back({ErrorCode::ModelTypeAssumed, "",
                       quote(known_a ? b_path : a_path) +
                           " names no model family GroupLin knows (no config.json, or another "
-                          "model_type): read by the rules of " +
-                          quote(known_a ? a_path : b_path) + "'s, " + quote(from.model_type)});
+                          "model_type): read by the rules of model type " +
+                          quote(from.model_type) + ", as " + quote(known_a ? a_path : b_path) +
+                          " is"});
   to.model_type = from.model_type;
 }
 
