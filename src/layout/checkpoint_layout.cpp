@@ -223,6 +223,7 @@ ConversionPlan plan(const StateDict& dict, Target target, const PlanOptions& opt
                                               ", which has " + std::to_string(g.num_experts));
     }
     targets.push_back(module_target(g, target, rules.te_names));
+    targets.back().dequantize = options.dequantize;
     if (needs_declaration(ms.found[m], rules.sets[ms.found[m].rules], targets.back(), dict)) {
       plan.to_declare.push_back(ms.found[m].canonical);
     }

@@ -21,6 +21,31 @@ Dequantization fit_blocks(const PlannedTensor& codes, const PlannedTensor& scale
   d.scales = scales.pieces;
   d.scales_name = scales.name;
   Shape lead;
+  if (scales.part_rows > 0 && codes.rank() >= 2) {
+    // Scales of parts concatenated (module_plan.cpp): each part of each matrix is a matrix of
+    // its own, scaled by its own blocks; the scales hold them in the same order.
+    d.rows = scales.part_rows;
+    d.cols = codes.shape[codes.rank() - 1];
+    const int64_t matrix_rows = codes.shape[codes.rank() - 2];
+    if (matrix_rows % d.rows == 0) {
+      lead = {shape_numel(codes.shape) / (d.rows * d.cols)};
+      for (const std::vector<int64_t>& b : core::fp8_scale_blocks()) {
+        if (b.empty()) continue;
+        const Shape per_part = core::block_scale_shape(d.rows, d.cols, b);
+        if (shape_numel(scales.shape) == lead[0] * shape_numel(per_part) &&
+            scales.shape.back() == per_part.back()) {
+          d.block_rows = b[0];
+          d.block_cols = b[1];
+          return d;
+        }
+      }
+    }
+    throw Error(ErrorCode::ScaleShapeMismatch,
+                "dequantizing " + quote(codes.name) + " " + shape_to_string(codes.shape) + ": " +
+                    quote(scales.name) + " " + shape_to_string(scales.shape) +
+                    " holds the block scales of parts of " + std::to_string(d.rows) +
+                    " rows each, which fit no block of its matrices");
+  }
   if (codes.rank() >= 2) {
     lead.assign(codes.shape.begin(), codes.shape.end() - 2);
     d.rows = codes.shape[codes.rank() - 2];
@@ -103,7 +128,15 @@ size_t dequantize_plan(std::vector<PlannedTensor>& tensors, DType to, MissingSca
   std::vector<PlannedTensor> kept;
   kept.reserve(tensors.size() - count);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!dropped[i]) kept.push_back(std::move(tensors[i]));
+    if (dropped[i]) continue;
+    if (tensors[i].part_rows > 0) {  // planned for dequantization, yet its weight was not FP8
+      throw Error(ErrorCode::ScaleBlocksUnaligned,
+                  quote(tensors[i].name) + " holds the block scales of parts of " +
+                      std::to_string(tensors[i].part_rows) + " rows of " +
+                      quote(tensors[i].scale_of) +
+                      ", which is not dequantized; they cannot be concatenated exactly");
+    }
+    kept.push_back(std::move(tensors[i]));
   }
   tensors = std::move(kept);
   return count;

@@ -64,7 +64,7 @@ void ModulePlanner::emit(const ModuleTarget& target, bool sliced, const StateDic
       out.push_back(PlannedTensor::of(renamed(k, set_.rules, target.to_single_names), dict.at(k)));
     }
   } else if (target.layout == ExpertLayout::Single) {
-    single(out);
+    single(out, target.dequantize);
   } else {
     per_expert(out);
   }
@@ -147,13 +147,22 @@ void ModulePlanner::require_aligned_blocks(size_t t, ExpertLayout into) const {
                   " layout it has is the only exact one");
 }
 
-void ModulePlanner::single(std::vector<PlannedTensor>& out) const {
+void ModulePlanner::single(std::vector<PlannedTensor>& out, bool dequantize) const {
   for (size_t t = 0; t < f_.tensors.size(); ++t) {
     const FoundTensor& ft = f_.tensors[t];
     if (!ft.present) continue;
-    if (ft.stacked == nullptr) require_aligned_blocks(t, ExpertLayout::Single);
     const ExpertTensor& et = tensor_info(t);
     PlannedTensor p{set_.stacked[t].format(f_.canonical), et.dtype, et.expert_shape, {}};
+    if (ft.stacked == nullptr && !ft.blocks_aligned) {
+      // Scales dropped by dequantization may be concatenated part by part: each part's codes
+      // are dequantized by its own scales (equal parts only: one matrix shape).
+      const std::vector<int64_t>& rows =
+          f_.tensors[static_cast<size_t>(set_.scale_of[t])].part_rows;
+      const bool equal =
+          std::all_of(rows.begin(), rows.end(), [&](int64_t r) { return r == rows[0]; });
+      if (!dequantize || !equal) require_aligned_blocks(t, ExpertLayout::Single);
+      p.part_rows = rows[0];
+    }
     if (et.transposed) std::swap(p.shape[0], p.shape[1]);  // stored [in, out]
     const int64_t rows = p.shape[0];                       // stored rows of one expert
     if (et.folded) {

@@ -17,6 +17,7 @@ struct ModuleTarget {
   bool to_single_names = true;  // renames applied (else undone)
   bool drop_unit_dims = false;  // [N, 1, out] written as [N, out]
   bool keep = false;            // written as it is (Load: modules in GroupedLinear's names)
+  bool dequantize = false;      // PlanOptions::dequantize
 };
 
 // Whether `r`'s renames apply toward the single spelling for `target`: always for a stacked-only
@@ -44,7 +45,8 @@ class ModulePlanner {
   // each scales, as its rule declares (StackedTensorRule::scale_of).
   void link_scales(const ModuleTarget& target, bool as_is, std::vector<PlannedTensor>& out,
                    size_t first) const;
-  void single(std::vector<PlannedTensor>& out) const;
+  // `dequantize`: ModuleTarget::dequantize.
+  void single(std::vector<PlannedTensor>& out, bool dequantize) const;
   void per_expert(std::vector<PlannedTensor>& out) const;
   void expert_parts(size_t t, int64_t e, std::vector<PlannedTensor>& out) const;
   const ExpertTensor& tensor_info(size_t t) const;

@@ -50,6 +50,10 @@ struct PlanOptions {
   // Prefixes of modules the checkpoint declares (declared_modules() of its safetensors
   // metadata): a stacked tensor there is a module without its set's stacked_needs entry.
   std::vector<std::string> declared_modules{};
+  // The caller dequantizes every FP8 weight with its scales (dequantize_plan): scales whose parts
+  // do not end on a block boundary are concatenated part by part (PlannedTensor::part_rows) for
+  // it instead of refused as ScaleBlocksUnaligned.
+  bool dequantize = false;
 };
 
 // Plans the conversion of every grouped module of `dict` to `target`: per-expert -> single gives

@@ -68,6 +68,10 @@ struct PlannedTensor {
   // set declares it (StackedTensorRule::scale_of); "" for every other tensor (a dense weight's
   // scales are paired by name: core/fp8.hpp).
   std::string scale_of{};
+  // For such scales concatenated from parts (gate_proj's, up_proj's) that do not end on a block
+  // boundary, planned only to dequantize their weight (PlanOptions::dequantize): the rows of
+  // each part of the weight, whose matrices the scales cover one part at a time; 0 otherwise.
+  int64_t part_rows = 0;
 
   // Bytes of the tensor (the sum of the pieces' bytes; of the values for a dequantized one).
   uint64_t nbytes() const;

@@ -184,6 +184,60 @@ TEST(ScaleRules, FusingScalesOffABlockBoundaryIsANamedErrorAtPlanning) {
             ErrorCode::ScaleBlocksUnaligned);
 }
 
+// The same unaligned module dequantized: its scales are dropped, so fusing is exact after all,
+// each part's codes read with its own blocks (PlanOptions::dequantize); the fused values are the
+// per-expert values, part after part. Without FP8 weights to drop them with, still refused.
+TEST(ScaleRules, DequantizingFusesScalesOffABlockBoundary) {
+  const StateDict floats = hf_state_dict({.scales = true}, false);
+  StateDict per_expert;  // the weights as E4M3 codes of small distinct values
+  for (const auto& [name, t] : floats) {
+    if (name.find(".experts.") == std::string::npos ||
+        name.find("scale_inv") != std::string::npos) {
+      per_expert.insert(name, t);
+      continue;
+    }
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 13) - 6.0f;
+    per_expert.insert(name, Tensor::from_f32(t.shape(), v, DType::F8_E4M3));
+  }
+  PlanOptions o;
+  o.dequantize = true;
+  ConversionPlan fused = plan_conversion(per_expert, ExpertLayout::Single, o);
+  ConversionPlan parts = plan_conversion(per_expert, ExpertLayout::PerExpert);
+  layout::dequantize_plan(fused.tensors, DType::F32, layout::MissingScales::Refuse);
+  layout::dequantize_plan(parts.tensors, DType::F32, layout::MissingScales::Refuse);
+  std::map<std::string, std::vector<float>> values;
+  for (const PlannedTensor& t : parts.tensors) {
+    Tensor v = Tensor::zeros(t.shape, DType::F32);
+    t.copy_to(v);
+    values[t.name].assign(v.data_as<float>(), v.data_as<float>() + v.numel());
+  }
+  const std::string p = "model.layers.0.mlp.experts.";
+  const PlannedTensor* gate_up = nullptr;
+  for (const PlannedTensor& t : fused.tensors) {
+    if (t.name == p + "gate_up_proj") gate_up = &t;
+    EXPECT_EQ(t.name.find("scale_inv"), std::string::npos) << t.name << " left in the plan";
+  }
+  ASSERT_NE(gate_up, nullptr);
+  Tensor got = Tensor::zeros(gate_up->shape, DType::F32);
+  gate_up->copy_to(got);
+  std::vector<float> want;
+  for (int e = 0; e < 4; ++e) {
+    for (const char* part : {"gate_proj", "up_proj"}) {
+      const std::vector<float>& v = values.at(p + std::to_string(e) + "." + part + ".weight");
+      want.insert(want.end(), v.begin(), v.end());
+    }
+  }
+  EXPECT_EQ(std::vector<float>(got.data_as<float>(), got.data_as<float>() + got.numel()), want);
+
+  // Planned for dequantization, but the weights are F32: the scales cannot be dropped.
+  ConversionPlan kept = plan_conversion(floats, ExpertLayout::Single, o);
+  EXPECT_EQ(error_of([&] {
+              layout::dequantize_plan(kept.tensors, DType::F32, layout::MissingScales::Refuse);
+            }).code(),
+            ErrorCode::ScaleBlocksUnaligned);
+}
+
 // A family stored stacked on the Hub (GraniteMoE, Qwen3-VL-MoE, ...): its scales go to
 // TransformerEngine's per-expert names with their weights, and back.
 TEST(ScaleRules, StackedOnlyFamiliesCarryTheirScalesToTeNames) {

@@ -479,7 +479,8 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
                                                                      : RulesFrom::Names;
   try {
     plan = plan_conversion(src->tensors(), options.layout,
-                           {options.rules, model_type, options.experts, src->declared_modules()});
+                           {options.rules, model_type, options.experts, src->declared_modules(),
+                            options.dtype.has_value()});
     if (options.dtype) {
       report.dequantized =
           layout::dequantize_plan(plan.tensors, *options.dtype, layout::MissingScales::Refuse);
