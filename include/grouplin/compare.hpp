@@ -34,6 +34,9 @@ struct CompareOptions {
   std::vector<LayoutRules> rules{};
   // config.json's model_type, for detection; empty: each input directory's own config.json.
   std::string model_type{};
+  // Of .pt training checkpoints, the dict of tensors to read on both sides
+  // (PtReadOptions::state_dict_key); empty: the top level, or its only dict of tensors.
+  std::string state_dict_key{};
 };
 
 struct CompareReport {

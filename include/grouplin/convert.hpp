@@ -74,6 +74,9 @@ struct ConvertOptions {
   // kDefaultMaxShardSize if IN is a directory and OUT's name has no checkpoint extension
   // (.safetensors, .pt, .pth, .bin), else one file.
   std::optional<uint64_t> max_shard_size;
+  // Of a .pt training checkpoint, the dict of tensors to read (PtReadOptions::state_dict_key);
+  // empty: the top level, or its only dict of tensors.
+  std::string state_dict_key{};
   // Replace an existing OUT (never IN, nor a folder holding one of IN's files). A directory OUT
   // is replaced only when it holds nothing but what a conversion writes there: weight and index
   // files directly in it (*.safetensors, *.pt, *.pth, pytorch_model*.bin, *.safetensors.index.json,

@@ -39,6 +39,8 @@ namespace grouplin {
 //   EntriesSkipped  never thrown: the note (PtReadOptions::notes) of a .pt whose plain values
 //                beside the tensors (None, numbers, strings), or whose training-checkpoint
 //                wrapper around the state dict, were left out.
+//   SeveralStateDicts  a .pt training checkpoint holds several dicts of tensors (Megatron's
+//                model0, model1, ...) and none was named (PtReadOptions::state_dict_key).
 //   TotalSizeMismatch  never thrown: the code of a warning (Problem in Checkpoint::warnings) for
 //                a directory index whose total_size is not its tensors' bytes.
 #define GROUPLIN_ERROR_CODES(X) \
@@ -81,6 +83,7 @@ namespace grouplin {
   X(AmbiguousTeDType)           \
   X(ModelTypeAssumed)           \
   X(EntriesSkipped)             \
+  X(SeveralStateDicts)          \
   X(NothingToDequantize)        \
   /* Files in general. */       \
   X(IoError)                    \

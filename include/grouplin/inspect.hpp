@@ -51,9 +51,12 @@ struct CheckpointSummary {
 // Throws Error(IoError), Error(UnknownFormat) and the readers' errors, naming the file.
 // Also the directory errors of sharded_checkpoint.hpp. `rules` as in scan_grouped_modules
 // (empty: detected from the keys and `model_type`, or a directory's config.json when empty).
+// `state_dict_key`: of a .pt training checkpoint, the dict of tensors to read
+// (PtReadOptions::state_dict_key).
 CheckpointSummary inspect_checkpoint(const std::string& path,
                                      const std::vector<LayoutRules>& rules = {},
-                                     std::string_view model_type = "");
+                                     std::string_view model_type = "",
+                                     std::string_view state_dict_key = "");
 
 // What a summary adds up to: every tensor's bytes, the grouped modules' experts and bytes.
 struct CheckpointTotals {

@@ -34,6 +34,10 @@ struct PtReadOptions {
   // When set, receives what the reader leaves out on purpose, as warnings: the column-wise copy
   // of a TransformerEngine MXFP8Tensor (CopyDropped, naming the entry). Not owned.
   std::vector<Problem>* notes = nullptr;
+  // A training checkpoint's state dict: the dict of tensors under this top-level key
+  // ({"model0": sd0, "model1": sd1, ...}; Error(MissingKey) when there is none). Empty: the top
+  // level, or its only dict of tensors (Error(SeveralStateDicts) for several).
+  std::string state_dict_key{};
 };
 
 // Maps `path` (read-only, or copy-on-write with `mode`: MapMode) and returns its state dict in

@@ -114,12 +114,14 @@ def save(path: PathLike, tensors: Mapping[str, Any], format: Optional[str] = Non
     _core.save(_path(path), names, arrays, kinds, format, dict(metadata or {}))
 
 
-def inspect(path: PathLike, rules: Rules = None, model_type: str = "") -> Dict[str, Any]:
+def inspect(path: PathLike, rules: Rules = None, model_type: str = "",
+            state_dict_key: str = "") -> Dict[str, Any]:
     """What a checkpoint holds, from its headers only: the document of ``grouplin inspect
     --json`` as a dict (keys ``tensors``, ``grouped_modules``, ``problems``, ``warnings``,
     ``totals``, ...; schema in docs/cli.md). Raises ``Error`` for an unreadable file; an
-    inconsistent expert set is listed under ``problems`` instead."""
-    return json.loads(_core.inspect(_path(path), _rules(rules), model_type))
+    inconsistent expert set is listed under ``problems`` instead. ``state_dict_key``: of a .pt
+    training checkpoint with several dicts of tensors, the top-level key of the one to read."""
+    return json.loads(_core.inspect(_path(path), _rules(rules), model_type, state_dict_key))
 
 
 def _progress_printer() -> Callable[[int, int], None]:
@@ -137,7 +139,8 @@ def convert(src: PathLike, dst: PathLike, layout: str = "single", format: Option
             rules: Rules = None, experts: Optional[Tuple[int, int]] = None,
             max_shard_size: Union[None, int, str] = None, force: bool = False,
             progress: Union[bool, Callable[[int, int], None]] = False,
-            dtype: Optional[str] = None, model_type: str = "") -> Dict[str, Any]:
+            dtype: Optional[str] = None, model_type: str = "",
+            state_dict_key: str = "") -> Dict[str, Any]:
     """Rewrites every grouped module of the checkpoint ``src`` in one ``layout`` ("single":
     stacked ``[N, out, in]`` tensors, or "per-expert") into ``dst``, streaming: every other
     tensor is copied unchanged, memory stays about 1 MiB whatever the size, nothing is left at
@@ -149,7 +152,9 @@ def convert(src: PathLike, dst: PathLike, layout: str = "single", format: Option
     - ``max_shard_size``: bytes or "5GB": dst becomes a directory of shards;
     - ``force``: replace an existing dst; ``dtype``: "F32", "BF16" or "F16" dequantizes FP8
       weights (and drops their scales);
-    - ``progress``: True prints progress to stderr; a callable gets (done, total) bytes.
+    - ``progress``: True prints progress to stderr; a callable gets (done, total) bytes;
+    - ``state_dict_key``: of a .pt training checkpoint with several dicts of tensors (Megatron's
+      model0, model1), the top-level key of the one to read.
 
     Ctrl-C stops the conversion (KeyboardInterrupt; dst is left as it was). Returns the report
     as a dict (tensors, bytes, files written; ``rules``: the rule sets that found the modules,
@@ -164,7 +169,7 @@ def convert(src: PathLike, dst: PathLike, layout: str = "single", format: Option
         dtype = {"f32": "F32", "bf16": "BF16", "f16": "F16"}.get(dtype, dtype)
     return _core.convert(_path(src), _path(dst), layout, format, _rules(rules),
                          tuple(experts) if experts is not None else None, max_shard_size,
-                         force, callback, dtype, model_type)
+                         force, callback, dtype, model_type, state_dict_key)
 
 
 @dataclass
@@ -185,11 +190,11 @@ class VerifyResult:
 
 
 def verify(a: PathLike, b: PathLike, max_listed: int = 10, rules: Rules = None,
-           model_type: str = "") -> VerifyResult:
+           model_type: str = "", state_dict_key: str = "") -> VerifyResult:
     """Compares the values of two checkpoints whatever their layouts and formats (files or
     directories), bit for bit, reading 256 KiB at a time. Raises ``Error`` for a checkpoint
     that cannot be read."""
-    r = _core.verify(_path(a), _path(b), max_listed, _rules(rules), model_type)
+    r = _core.verify(_path(a), _path(b), max_listed, _rules(rules), model_type, state_dict_key)
     return VerifyResult(same=r["same"], differences=list(r["differences"]),
                         differing=r["differing"], tensors_compared=r["tensors_compared"],
                         bytes_compared=r["bytes_compared"],

@@ -66,10 +66,10 @@ void save(const std::string& path, const std::vector<std::string>& names,
 }
 
 std::string inspect(const std::string& path, const std::vector<std::string>& rules,
-                    const std::string& model_type) {
+                    const std::string& model_type, const std::string& state_dict_key) {
   const std::vector<LayoutRules> sets = rules_from_names(rules);
   nb::gil_scoped_release unlocked;
-  return inspect_json(inspect_checkpoint(path, sets, model_type), path);
+  return inspect_json(inspect_checkpoint(path, sets, model_type, state_dict_key), path);
 }
 
 nb::dict convert(const std::string& in, const std::string& out, const std::string& layout,
@@ -77,8 +77,10 @@ nb::dict convert(const std::string& in, const std::string& out, const std::strin
                  const std::optional<std::pair<int64_t, int64_t>>& experts,
                  const std::optional<uint64_t>& max_shard_size, bool force,
                  const std::optional<nb::callable>& progress,
-                 const std::optional<std::string>& dtype, const std::string& model_type) {
+                 const std::optional<std::string>& dtype, const std::string& model_type,
+                 const std::string& state_dict_key) {
   ConvertOptions o;
+  o.state_dict_key = state_dict_key;
   const std::optional<ExpertLayout> l = expert_layout_from_name(layout);
   if (!l) {
     throw Error(ErrorCode::InvalidArgument,
@@ -134,8 +136,10 @@ nb::dict convert(const std::string& in, const std::string& out, const std::strin
 }
 
 nb::dict verify(const std::string& a, const std::string& b, size_t max_listed,
-                const std::vector<std::string>& rules, const std::string& model_type) {
+                const std::vector<std::string>& rules, const std::string& model_type,
+                const std::string& state_dict_key) {
   CompareOptions o;
+  o.state_dict_key = state_dict_key;
   o.max_listed = max_listed;
   o.rules = rules_from_names(rules);
   o.model_type = model_type;
@@ -201,14 +205,15 @@ void bind_files(nb::module_& m) {
         nb::arg("format").none(), nb::arg("metadata"),
         "Writes the arrays as one checkpoint file, atomically.");
   m.def("inspect", &inspect, nb::arg("path"), nb::arg("rules"), nb::arg("model_type"),
+        nb::arg("state_dict_key"),
         "The document of `grouplin inspect --json`, as JSON text.");
   m.def("convert", &convert, nb::arg("src"), nb::arg("dst"), nb::arg("layout"),
         nb::arg("format").none(), nb::arg("rules"), nb::arg("experts").none(),
         nb::arg("max_shard_size").none(), nb::arg("force"), nb::arg("progress").none(),
-        nb::arg("dtype").none(), nb::arg("model_type"),
+        nb::arg("dtype").none(), nb::arg("model_type"), nb::arg("state_dict_key"),
         "Converts a checkpoint's grouped modules to one layout, streaming; the report as a dict.");
   m.def("verify", &verify, nb::arg("a"), nb::arg("b"), nb::arg("max_listed"), nb::arg("rules"),
-        nb::arg("model_type"), "Compares two checkpoints' values whatever their layouts.");
+        nb::arg("model_type"), nb::arg("state_dict_key"), "Compares two checkpoints' values whatever their layouts.");
   m.def("rule_names", &builtin_rule_names, "The built-in rule sets' names.");
   m.def(
       "parse_byte_size", [](const std::string& text) { return parse_byte_size(text); },

@@ -68,6 +68,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::OutputHoldsOtherFiles:  // about convert's output, never a file's content
     case ErrorCode::CopyDropped:            // a warning (PtReadOptions::notes), never thrown
     case ErrorCode::EntriesSkipped:         // a note (PtReadOptions::notes), never thrown
+    case ErrorCode::SeveralStateDicts:      // the caller must choose, the file is fine
     case ErrorCode::Interrupted:  // thrown by a caller's callback (the CLI on Ctrl-C), never a file
     case ErrorCode::ExpertsNotDivisible:  // expert parallelism (grouplin_mpi)
     case ErrorCode::RanksDisagree:

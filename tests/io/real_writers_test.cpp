@@ -143,5 +143,69 @@ TEST(RealWriters, TrainingCheckpointsReadTheirStateDict) {
       << notes[0].message;
 }
 
+// TransformerEngine 0.12-1.13's _extra_state (an io.BytesIO of torch.save'd FP8 metadata) and
+// Megatron-LM's model_optim_rng.pt (argparse.Namespace args, numpy RNG state): inert data, parsed
+// and left out, never built; a checkpoint of several model chunks reads the one asked for.
+TEST_F(RealWritersFiles, TransformerEngineAndMegatronCheckpointsReadTheirWeights) {
+  auto expect_module = [](const StateDict& sd, float add) {
+    ASSERT_EQ(sd.size(), 8u);
+    EXPECT_EQ(sd.at("experts.weight2").data_as<float>()[5], 205.0f + add);
+    EXPECT_EQ(sd.at("experts.bias3").data_as<float>()[0], 3.0f + add);
+  };
+  auto has_note = [](const std::vector<Problem>& notes, const std::string& text) {
+    for (const Problem& p : notes) {
+      if (p.code == ErrorCode::EntriesSkipped && p.message.find(text) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<Problem> notes;
+  expect_module(load_pt(kDir + "torch2_15_extra_bytesio.pt", {.notes = &notes}), 0);
+  EXPECT_TRUE(has_note(notes, "\"experts._extra_state\" (_io.BytesIO)"));
+
+  notes.clear();
+  expect_module(load_pt(kDir + "torch2_15_megatron.pt", {.notes = &notes}), 0);
+  EXPECT_TRUE(has_note(notes, "the dict under \"model\" (its only dict of tensors)"));
+  EXPECT_TRUE(has_note(notes, "\"args\", \"checkpoint_version\""));
+
+  const std::string vp = kDir + "torch2_15_megatron_vp.pt";
+  Error several = Error(ErrorCode::InvalidArgument, "");
+  try {
+    load_pt(vp);
+    ADD_FAILURE() << "two model chunks read without a key";
+  } catch (const Error& e) {
+    several = e;
+  }
+  EXPECT_EQ(several.code(), ErrorCode::SeveralStateDicts);
+  EXPECT_NE(std::string(several.what()).find("(\"model0\", \"model1\")"), std::string::npos)
+      << several.what();
+  notes.clear();
+  expect_module(load_pt(vp, {.notes = &notes, .state_dict_key = "model1"}), 1000);
+  EXPECT_TRUE(has_note(notes, "the dict under \"model1\" (asked for)"));
+  expect_module(load_pt(vp, {.state_dict_key = "model0"}), 0);
+  try {
+    load_pt(vp, {.state_dict_key = "model7"});
+    ADD_FAILURE() << "a key the file does not have";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::MissingKey);
+    EXPECT_NE(std::string(e.what()).find("\"model7\""), std::string::npos) << e.what();
+  }
+  try {  // a key of something that is not a dict of tensors
+    load_pt(kDir + "torch2_15_megatron.pt", {.state_dict_key = "args"});
+    ADD_FAILURE() << "args read as a state dict";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::MissingKey);
+  }
+
+  // The same through convert: the chunk asked for, converted.
+  ConvertOptions o;
+  o.layout = ExpertLayout::Single;
+  o.state_dict_key = "model1";
+  convert_checkpoint(vp, path("out.safetensors"), o);
+  const StateDict out = load_safetensors(path("out.safetensors")).tensors;
+  EXPECT_EQ(out.at("experts.weight").data_as<float>()[2 * 24 + 5], 1205.0f);
+}
+
 }  // namespace
 }  // namespace grouplin

@@ -227,6 +227,39 @@ TEST_F(ShardedDirTest, WithoutAnIndexEverySafetensorsFileIsAShard) {
   EXPECT_EQ(inspect_checkpoint(in().string()).index_file, "");
 }
 
+// A model saved whole as one pickle (pytorch_model.bin without an index, model.pt): its one
+// shard. Several such files say which; beside safetensors shards they are not read.
+TEST_F(ShardedDirTest, OnePickleWithoutAnIndexIsTheOnlyShard) {
+  const StateDict sd = hf_state_dict({}, false);
+  for (const char* name : {"pytorch_model.bin", "model.pt"}) {
+    SCOPED_TRACE(name);
+    fs::remove_all(in());
+    fs::create_directories(in());
+    save_pt((in() / name).string(), sd);
+    write_text(in() / "config.json", R"({"model_type": "qwen3_moe"})");
+    expect_same_dict(load_checkpoint(in().string()).tensors, sd);
+    const CheckpointSummary s = inspect_checkpoint(in().string());
+    EXPECT_EQ(s.format, CheckpointFormat::Pt);
+    EXPECT_EQ(s.shards, std::vector<std::string>{name});
+    EXPECT_EQ(s.scan.modules.size(), 2u);
+  }
+  save_pt((in() / "pytorch_model.bin").string(), sd);  // beside model.pt: which one?
+  try {
+    inspect_checkpoint(in().string());
+    ADD_FAILURE() << "two pickles read as one model";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::UnknownFormat);
+    EXPECT_NE(std::string(e.what()).find("(\"model.pt\", \"pytorch_model.bin\")"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove(in() / "model.pt");
+  write_sharded(in(), sd, {.shards = 2, .index = false});  // safetensors shards win
+  const CheckpointSummary s = inspect_checkpoint(in().string());
+  EXPECT_EQ(s.format, CheckpointFormat::Safetensors);
+  EXPECT_EQ(s.skipped_files, std::vector<std::string>{"pytorch_model.bin"});
+}
+
 // The Hugging Face cache: snapshots/<rev>/ holds links to ../../blobs/<hash>.
 TEST_F(ShardedDirTest, LinkedShardsAreFollowedAndOutputsHoldTheirBytes) {
   const StateDict sd = hf_state_dict({}, false);

@@ -337,3 +337,19 @@ def test_the_python_example_runs_on_a_hub_checkpoint(tmp_path):
     assert "verify: same" in out.stdout
     worst = float(out.stdout.rsplit("loop: ", 1)[1])
     assert worst < 0.1  # BF16 outputs against an F32 loop
+
+
+def test_training_checkpoint_of_several_models_reads_the_one_named(tmp_path):
+    # Megatron-LM's model_optim_rng.pt of two model chunks, written by torch.save of PyTorch 2.15
+    # (tests/io/real_writers/make_torch_wrappers.py).
+    vp = os.path.join(ROOT, "tests", "io", "real_writers", "torch2_15_megatron_vp.pt")
+    with pytest.raises(grouplin.Error) as e:
+        grouplin.inspect(vp)
+    assert e.value.code == "SeveralStateDicts"
+    doc = grouplin.inspect(vp, state_dict_key="model1")
+    assert [m["num_experts"] for m in doc["grouped_modules"]] == [4]
+    out = str(tmp_path / "chunk1.safetensors")
+    grouplin.convert(vp, out, layout="single", state_dict_key="model1")
+    w = grouplin.load(out)["experts.weight"]
+    assert w[2].reshape(-1)[5] == 1205.0  # model1's weights are model0's + 1000
+    assert grouplin.verify(vp, out, state_dict_key="model1").same

@@ -29,6 +29,7 @@ struct ConvertConfig {
   std::string experts;
   std::string max_shard_size;
   std::string dtype;
+  std::string state_dict;
 };
 
 void run_convert(const ConvertConfig& c) {
@@ -39,6 +40,7 @@ void run_convert(const ConvertConfig& c) {
   }
   o.overwrite = c.force;
   o.rules = rules_from_option(c.rules);
+  o.state_dict_key = c.state_dict;
   if (!c.experts.empty()) o.experts = experts_from_option(c.experts);
   if (!c.dtype.empty()) o.dtype = c.dtype == "f32" ? DType::F32 : DType::BF16;
   if (!c.max_shard_size.empty()) {
@@ -143,6 +145,7 @@ void add_convert_command(CLI::App& app) {
                   ".safetensors; .pt .pth .bin)")
       ->check(CLI::IsMember({"safetensors", "pt"}));
   cmd->add_option("--rules", c->rules, kRulesHelp);
+  cmd->add_option("--state-dict", c->state_dict, kStateDictHelp);
   cmd->add_option("--experts", c->experts,
                   "keep only experts BEGIN:END (end excluded) of every grouped module, "
                   "renumbered from 0: one expert-parallel rank's share, reading only its bytes");

@@ -19,6 +19,7 @@ struct InspectConfig {
   std::string file;
   bool json = false;
   std::string rules;
+  std::string state_dict;
 };
 
 // "a, b, c" escaped, at most `max` names then "and N more".
@@ -78,8 +79,10 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
                 std::string(format_name(s.format)).c_str(), s.shards.size(),
                 format_bytes(s.file_bytes).c_str(), static_cast<unsigned long long>(s.file_bytes));
     std::printf("index: %s\nshards: %s\n",
-                s.index_file.empty() ? "none (every *.safetensors file is a shard)"
-                                     : escaped(s.index_file).c_str(),
+                !s.index_file.empty() ? escaped(s.index_file).c_str()
+                : s.format == CheckpointFormat::Safetensors
+                    ? "none (every *.safetensors file is a shard)"
+                    : "none (its one .pt / .bin file is the shard)",
                 name_list(s.shards).c_str());
     if (!s.model_type.empty()) {
       std::printf("model_type: %s%s\n", escaped(s.model_type).c_str(),
@@ -163,7 +166,8 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
 }
 
 void run_inspect(const InspectConfig& c) {
-  const CheckpointSummary s = inspect_checkpoint(c.file, rules_from_option(c.rules));
+  const CheckpointSummary s =
+      inspect_checkpoint(c.file, rules_from_option(c.rules), "", c.state_dict);
   if (c.json) {
     std::cout << inspect_json(s, c.file) << "\n";
   } else {
@@ -193,6 +197,7 @@ void add_inspect_command(CLI::App& app) {
       ->required();
   cmd->add_flag("--json", config->json, "print one JSON document (schema in docs/cli.md)");
   cmd->add_option("--rules", config->rules, kRulesHelp);
+  cmd->add_option("--state-dict", config->state_dict, kStateDictHelp);
   cmd->footer(
       "Reads headers only: instant on checkpoints of any size. A directory is checked against\n"
       "its index (every shard there, every tensor where the index says), and its config.json's\n"

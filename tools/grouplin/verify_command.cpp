@@ -16,6 +16,7 @@ struct VerifyConfig {
   std::string b;
   size_t max_listed = 10;
   std::string rules;
+  std::string state_dict;
 };
 
 std::string describe(CheckpointFormat format, size_t shards,
@@ -36,6 +37,7 @@ void run_verify(const VerifyConfig& c) {
   CompareOptions o;
   o.max_listed = c.max_listed;
   o.rules = rules_from_option(c.rules);
+  o.state_dict_key = c.state_dict;
   const CompareReport r = compare_checkpoints(c.a, c.b, o);
   print_warnings(r.warnings);
   std::printf("A: %s: %s\nB: %s: %s\n", escaped(c.a).c_str(),
@@ -67,6 +69,7 @@ void add_verify_command(CLI::App& app) {
   cmd->add_option("--max-listed", c->max_listed, "differences to print (default 10)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--rules", c->rules, kRulesHelp);
+  cmd->add_option("--state-dict", c->state_dict, kStateDictHelp);
   cmd->footer(
       "Grouped modules are compared expert by expert, so a per-expert file and its single-layout\n"
       "conversion are the same; so are a family's Hub and v5 forms where transformers splits or\n"

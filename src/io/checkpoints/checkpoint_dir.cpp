@@ -118,6 +118,7 @@ CheckpointDir read_checkpoint_dir(const std::string& path) {
 
   // Everything else in the directory: shards when there is no index, other files to copy.
   std::vector<std::string> safetensors_files;
+  std::vector<std::string> pt_files;  // top-level pytorch_model.bin, *.pt, *.pth
   fs::recursive_directory_iterator it(root, fs::directory_options::none, ec);
   if (ec) throw Error(ErrorCode::IoError, context + ": " + ec.message());
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -135,22 +136,40 @@ CheckpointDir read_checkpoint_dir(const std::string& path) {
     if (rel == d.index_file || std::binary_search(d.shards.begin(), d.shards.end(), rel)) continue;
     if (d.index_file.empty() && it.depth() == 0 && ends_with(rel, ".safetensors")) {
       safetensors_files.push_back(rel);
+    } else if (d.index_file.empty() && it.depth() == 0 && is_weight_file_name(rel) &&
+               !ends_with(rel, ".json")) {
+      pt_files.push_back(rel);
     } else if (is_weight_file_name(rel)) {
       d.skipped.push_back(rel);
     } else {
       d.other_files.push_back(rel);
     }
   }
+  std::sort(pt_files.begin(), pt_files.end());
+  if (d.index_file.empty() && safetensors_files.empty() && pt_files.size() == 1) {
+    // A model saved whole as one pickle (save_pretrained(safe_serialization=False) of a model
+    // under its shard size: pytorch_model.bin without an index; model.pt): its only shard.
+    safetensors_files = std::move(pt_files);
+    pt_files.clear();
+  }
   if (d.index_file.empty()) {
     if (safetensors_files.empty()) {
-      throw Error(ErrorCode::UnknownFormat,
-                  context + ": no " + shard_index_file_name(CheckpointFormat::Safetensors) +
-                      ", no " + shard_index_file_name(CheckpointFormat::Pt) +
-                      " and no *.safetensors file; expected a Hugging Face model directory");
+      std::string several;
+      for (const std::string& f : pt_files) several += (several.empty() ? "" : ", ") + quote(f);
+      throw Error(
+          ErrorCode::UnknownFormat,
+          context + ": no " + shard_index_file_name(CheckpointFormat::Safetensors) + ", no " +
+              shard_index_file_name(CheckpointFormat::Pt) + ", no *.safetensors file" +
+              (pt_files.empty() ? std::string(" and no single pytorch_model.bin, *.pt or *.pth")
+                                : " and several .pt / .bin files without an index (" + several +
+                                      "): which are shards of one model is unknown; convert one "
+                                      "file at a time") +
+              "; expected a Hugging Face model directory");
     }
     d.shards = std::move(safetensors_files);
     std::sort(d.shards.begin(), d.shards.end());
   }
+  d.skipped.insert(d.skipped.end(), pt_files.begin(), pt_files.end());
   std::sort(d.other_files.begin(), d.other_files.end());
   std::sort(d.skipped.begin(), d.skipped.end());
   d.model_type = read_model_type(root);

@@ -16,7 +16,7 @@ namespace grouplin::pickle {
 enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag,
                                   TeFloat8Tensor, TeFloat8TensorLegacy, TeFloat8TensorClass, Getattr,
                                   TeDType, TorchSize,
-                                  TeMxfp8Tensor, TeMxfp8Quantizer };
+                                  TeMxfp8Tensor, TeMxfp8Quantizer, InertClass, CodecsEncode };
 // clang-format on
 
 struct AllowedGlobal {
@@ -52,6 +52,20 @@ inline constexpr AllowedGlobal kAllowedGlobals[] = {
     {"transformer_engine.pytorch.tensor.mxfp8_tensor._make_mxfp8_tensor_in_reduce_ex",
      GlobalKind::TeMxfp8Tensor},
     {"transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Quantizer", GlobalKind::TeMxfp8Quantizer},
+    // Data that training checkpoints keep beside the tensors, read as inert objects (built by
+    // no code, their state parsed and dropped) and skipped with a note: TransformerEngine
+    // 0.12-1.13's _extra_state (an io.BytesIO holding a torch.save of its FP8 metadata, its
+    // bytes spelled _codecs.encode(str, 'latin1') as protocol 2 writes bytes), Megatron's
+    // argparse.Namespace args, numpy arrays and dtypes of RNG states (numpy 1 and 2 spellings).
+    {"_io.BytesIO", GlobalKind::InertClass},
+    {"argparse.Namespace", GlobalKind::InertClass},
+    {"numpy.core.multiarray._reconstruct", GlobalKind::InertClass},
+    {"numpy._core.multiarray._reconstruct", GlobalKind::InertClass},
+    {"numpy.core.multiarray.scalar", GlobalKind::InertClass},
+    {"numpy._core.multiarray.scalar", GlobalKind::InertClass},
+    {"numpy.ndarray", GlobalKind::InertClass},
+    {"numpy.dtype", GlobalKind::InertClass},
+    {"_codecs.encode", GlobalKind::CodecsEncode},
     {"torch.FloatStorage", GlobalKind::StorageType, DType::F32},
     {"torch.DoubleStorage", GlobalKind::StorageType, DType::F64},
     {"torch.HalfStorage", GlobalKind::StorageType, DType::F16},

@@ -17,8 +17,9 @@ namespace {
 
 class Machine {
  public:
-  Machine(std::span<const std::byte> pickle, const PickleLimits& limits)
-      : p_(pickle),
+  Machine(std::span<const std::byte> pickle, const PickleLimits& limits, std::string_view key)
+      : key_(key),
+        p_(pickle),
         limits_(limits),
         values_(pickle, limits, cursor_),
         torch_(values_, cursor_, limits) {}
@@ -72,6 +73,7 @@ class Machine {
 
   void step();
 
+  std::string_view key_;
   std::span<const std::byte> p_;
   PickleLimits limits_;
   size_t pos_ = 0;
@@ -93,7 +95,7 @@ PickledStateDict Machine::run() {
     values_.spend(1, "opcodes");
     step();
   }
-  return torch_.finish(result_);
+  return torch_.finish(result_, key_);
 }
 
 // Runs the opcode at cursor_; its arguments follow at pos_.
@@ -253,8 +255,9 @@ void Machine::step() {
 
 }  // namespace
 
-PickledStateDict run_pickle(std::span<const std::byte> pickle, const PickleLimits& limits) {
-  return Machine(pickle, limits).run();
+PickledStateDict run_pickle(std::span<const std::byte> pickle, const PickleLimits& limits,
+                            std::string_view state_dict_key) {
+  return Machine(pickle, limits, state_dict_key).run();
 }
 
 bool is_contiguous(const Shape& shape, const std::vector<int64_t>& stride) {

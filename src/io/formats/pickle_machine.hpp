@@ -107,8 +107,12 @@ struct PickledStateDict {
 // PickleLimitExceeded, Truncated (an argument or the pickle ends early), InvalidPickle (wrong
 // types: SETITEM on a non-dict, APPEND on a non-list, a malformed persistent id, a top-level
 // value that is not a dict of tensors, bytes after STOP, ...), DuplicateName (a dict key set
-// twice), StorageTooSmall (a tensor reaching past its storage), SizeOverflow.
-PickledStateDict run_pickle(std::span<const std::byte> pickle, const PickleLimits& limits = {});
+// twice), StorageTooSmall (a tensor reaching past its storage), SizeOverflow. A training
+// checkpoint's state dict is the one inner dict of tensors, or the one under `state_dict_key`
+// (PtReadOptions::state_dict_key): MissingKey when there is no such dict, SeveralStateDicts when
+// several hold tensors and no key names one.
+PickledStateDict run_pickle(std::span<const std::byte> pickle, const PickleLimits& limits = {},
+                            std::string_view state_dict_key = {});
 
 // True when `stride` is row-major contiguous for `shape`; dimensions of size 1, and tensors
 // with no elements, may have any stride (as in torch's is_contiguous).

@@ -55,7 +55,12 @@ Ref TorchBuilder::global(std::string_view module, std::string_view name) {
                    "global " + full + ": GroupLin has no such element type");
     }
   }
-  cursor_.fail(ErrorCode::ForbiddenGlobal, "forbidden global " + quote(full));
+  cursor_.fail(ErrorCode::ForbiddenGlobal,
+               "forbidden global " + quote(full) +
+                   ": GroupLin runs nothing from a file and reads only tensors and plain data "
+                   "(docs/pt-format.md); a training checkpoint whose extra data names other "
+                   "classes reads once its state dict is saved alone (torch.save(ckpt[\"model\"], "
+                   "\"model.pt\"))");
 }
 
 int64_t TorchBuilder::expect_int(Ref ref, std::string_view what, size_t index) const {
@@ -320,6 +325,18 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
       values_.get(d).number = code;
       return d;
     }
+    case GlobalKind::InertClass: {  // data beside the tensors: an object named by its class
+      Ref o = values_.make(Kind::Object);
+      const bool array = !copy.empty() && values_.get(copy[0]).kind == Kind::Global;  // ndarray
+      values_.get(o).number = values_.get(array ? copy[0] : fn_ref).number;
+      return o;
+    }
+    case GlobalKind::CodecsEncode:  // how protocol 2 spells bytes: encode(str, 'latin1')
+      if (copy.size() != 2 || values_.get(copy[0]).kind != Kind::String ||
+          values_.get(copy[1]).kind != Kind::String || values_.text(copy[1]) != "latin1") {
+        cursor_.invalid("_codecs.encode is accepted only as encode(str, 'latin1'), bytes");
+      }
+      return values_.make(Kind::Bytes);
     case GlobalKind::TorchSize:  // torch.Size(tuple): the tuple, checked
       if (copy.size() != 1) cursor_.invalid("torch.Size called without one tuple");
       expect_int_tuple(copy[0], "torch.Size");
@@ -338,6 +355,11 @@ Ref TorchBuilder::new_object(Ref cls, Ref args) {
   if (is_global(values_, cls, GlobalKind::TeMxfp8Quantizer) && no_args) {
     return values_.make(Kind::TeQuantizer);  // its fields come with BUILD, checked there
   }
+  if (is_global(values_, cls, GlobalKind::InertClass) && no_args) {
+    Ref o = values_.make(Kind::Object);  // its state comes with BUILD and is dropped
+    values_.get(o).number = values_.get(cls).number;
+    return o;
+  }
   if (is_global(values_, cls, GlobalKind::TeDType) && no_args) {
     // A pybind11 enum as pybind11 pickles it (TE 1.2-2.15): DType.__new__(DType), then BUILD
     // with its code. Until then it has none.
@@ -348,7 +370,8 @@ Ref TorchBuilder::new_object(Ref cls, Ref args) {
   if (!is_global(values_, cls, GlobalKind::OrderedDict) || !no_args) {
     cursor_.invalid(
         "NEWOBJ is only accepted as OrderedDict.__new__(OrderedDict), "
-        "MXFP8Quantizer.__new__(MXFP8Quantizer) or DType.__new__(DType) of TransformerEngine");
+        "MXFP8Quantizer.__new__(MXFP8Quantizer) or DType.__new__(DType) of TransformerEngine, "
+        "and for the inert data classes io.BytesIO and argparse.Namespace");
   }
   Ref d = values_.make_container(Kind::Dict, {});
   values_.get(d).ordered = true;
@@ -364,6 +387,7 @@ void TorchBuilder::build(Ref instance, Ref state) {
     values_.get(instance).number = code;
     return;
   }
+  if (inst.kind == Kind::Object) return;  // an inert object's state: parsed, not kept
   if (inst.kind == Kind::TeQuantizer) {
     // A quantizer's named fields (rowwise_usage, columnwise_usage, internal, dtype, ...) are
     // read and ignored; only plain values may be among them.
@@ -397,7 +421,7 @@ void TorchBuilder::build(Ref instance, Ref state) {
   }
 }
 
-PickledStateDict TorchBuilder::finish(Ref result) {
+PickledStateDict TorchBuilder::finish(Ref result, std::string_view key) {
   const Value& d = values_.get(result);
   if (d.kind != Kind::Dict) {
     cursor_.invalid("the pickle holds a " + std::string(kind_name(d.kind)) +
@@ -419,7 +443,7 @@ PickledStateDict TorchBuilder::finish(Ref result) {
         "(float8 e4m3 was 6 up to TE 2.3, 7 from TE 2.4)");
   }
   const TeCodes either = before ? TeCodes::UpTo2_3 : TeCodes::From2_4;
-  const Ref state_dict = inner_state_dict(result, out);
+  const Ref state_dict = inner_state_dict(result, key, out);
   std::span<const Ref> items = values_.items(state_dict);
   std::string skipped;  // plain values beside the tensors, named in one note
   size_t skipped_count = 0;
@@ -429,10 +453,15 @@ PickledStateDict TorchBuilder::finish(Ref result) {
     if (k.kind != Kind::String) {
       cursor_.invalid("state dict key is a " + std::string(kind_name(k.kind)));
     }
-    if (is_plain(v.kind)) {  // None (older TE's _extra_state), a step count, a flag, a name
+    // None (TE's _extra_state without FP8), an io.BytesIO (TE 0.12-1.13's), a step count, a
+    // flag, a name
+    if (is_plain(v.kind)) {
       if (skipped_count++ < 8) {
         skipped += (skipped.empty() ? "" : ", ") + quote(values_.text(items[i])) + " (" +
-                   kind_name(v.kind) + ")";
+                   (v.kind == Kind::Object
+                        ? std::string(kAllowedGlobals[static_cast<size_t>(v.number)].name)
+                        : std::string(kind_name(v.kind))) +
+                   ")";
       }
       continue;
     }
@@ -491,9 +520,10 @@ PickledStateDict TorchBuilder::finish(Ref result) {
   if (skipped_count > 0) {
     values_.grow(out.notes, "the state dict");
     out.notes.push_back({ErrorCode::EntriesSkipped, "",
-                         std::to_string(skipped_count) + " entr" +
-                             (skipped_count == 1 ? "y" : "ies") +
-                             " beside the tensors are not tensors and are left out: " + skipped +
+                         std::to_string(skipped_count) +
+                             (skipped_count == 1 ? " entry beside the tensors is not a tensor and is"
+                                                 : " entries beside the tensors are not tensors and are") +
+                             " left out: " + skipped +
                              (skipped_count > 8 ? ", ..." : "")});
   }
   return out;
@@ -501,13 +531,13 @@ PickledStateDict TorchBuilder::finish(Ref result) {
 
 bool TorchBuilder::is_plain(Kind k) {
   return k == Kind::None || k == Kind::Bool || k == Kind::Int || k == Kind::Float ||
-         k == Kind::String;
+         k == Kind::String || k == Kind::Bytes || k == Kind::Object;
 }
 
-Ref TorchBuilder::inner_state_dict(Ref result, PickledStateDict& out) {
+Ref TorchBuilder::inner_state_dict(Ref result, std::string_view key, PickledStateDict& out) {
   // A state dict holds tensors. A training checkpoint holds one under a key of its own
-  // ({"model": sd, "iteration": 7}, Lightning's {"state_dict": sd, "epoch": 3}): the one inner
-  // dict of tensors is the state dict, and what lies beside it is named in a note.
+  // ({"model": sd, "iteration": 7}, Lightning's {"state_dict": sd, "epoch": 3}): the inner dict
+  // of tensors is the state dict, and what lies beside it is named in a note.
   std::span<const Ref> items = values_.items(result);
   auto holds_tensors = [&](Ref dict) {
     std::span<const Ref> inner = values_.items(dict);
@@ -516,38 +546,61 @@ Ref TorchBuilder::inner_state_dict(Ref result, PickledStateDict& out) {
     }
     return false;
   };
-  if (holds_tensors(result)) return result;
-  std::vector<size_t> inner;
+  std::vector<size_t> inner;  // top-level keys of dicts of tensors
   for (size_t i = 0; i + 1 < items.size(); i += 2) {
     if (values_.get(items[i + 1]).kind == Kind::Dict && holds_tensors(items[i + 1])) {
       inner.push_back(i);
     }
   }
-  if (inner.size() != 1) {
+  auto names = [&] {
+    std::string n;
+    for (size_t i : inner) {
+      const bool str = values_.get(items[i]).kind == Kind::String;
+      n += (n.empty() ? "" : ", ") + (str ? quote(values_.text(items[i])) : std::string("?"));
+    }
+    return n.empty() ? std::string("none") : n;
+  };
+  size_t chosen = SIZE_MAX;
+  if (!key.empty()) {
+    for (size_t i : inner) {
+      if (values_.get(items[i]).kind == Kind::String && values_.text(items[i]) == key) chosen = i;
+    }
+    if (chosen == SIZE_MAX) {
+      cursor_.fail(ErrorCode::MissingKey,
+                   "the state dict asked for, " + quote(std::string(key)) +
+                       ", is not a dict of tensors at the top level of the pickle; its dicts of "
+                       "tensors: " +
+                       names());
+    }
+  } else {
+    if (holds_tensors(result)) return result;
     if (inner.empty()) return result;  // no tensors at all: an empty state dict, or refused
-    std::string names;
-    for (size_t i : inner) names += (names.empty() ? "" : ", ") + quote(values_.text(items[i]));
-    cursor_.invalid("the pickle holds no tensors at its top level but several dicts of them (" +
-                    names +
-                    "); expected a state dict, or one dict of tensors in a training "
-                    "checkpoint");
+    if (inner.size() > 1) {
+      cursor_.fail(ErrorCode::SeveralStateDicts,
+                   "the pickle holds no tensors at its top level but several dicts of them (" +
+                       names() +
+                       "), as a training checkpoint of several models does; name the one to read "
+                       "(grouplin --state-dict KEY, PtReadOptions::state_dict_key)");
+    }
+    chosen = inner[0];
   }
-  const Ref key = items[inner[0]];
-  if (values_.get(key).kind != Kind::String) cursor_.invalid("the state dict's key is not a str");
+  const Ref k = items[chosen];
+  if (values_.get(k).kind != Kind::String) cursor_.invalid("the state dict's key is not a str");
   std::string beside;
   for (size_t i = 0; i + 1 < items.size(); i += 2) {
-    if (i == inner[0]) continue;
-    const Value& k = values_.get(items[i]);
+    if (i == chosen) continue;
+    const Value& b = values_.get(items[i]);
     beside +=
         (beside.empty() ? "" : ", ") +
-        (k.kind == Kind::String ? quote(values_.text(items[i])) : std::string(kind_name(k.kind)));
+        (b.kind == Kind::String ? quote(values_.text(items[i])) : std::string(kind_name(b.kind)));
   }
   values_.grow(out.notes, "the state dict");
-  out.notes.push_back({ErrorCode::EntriesSkipped, std::string(values_.text(key)),
+  out.notes.push_back({ErrorCode::EntriesSkipped, std::string(values_.text(k)),
                        "a training checkpoint: its state dict is the dict under " +
-                           quote(values_.text(key)) + " (its only dict of tensors)" +
+                           quote(values_.text(k)) +
+                           (key.empty() ? " (its only dict of tensors)" : " (asked for)") +
                            (beside.empty() ? "" : "; left out beside it: " + beside)});
-  return items[inner[0] + 1];
+  return items[chosen + 1];
 }
 
 }  // namespace grouplin::pickle

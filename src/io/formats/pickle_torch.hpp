@@ -33,12 +33,15 @@ class TorchBuilder {
   // REDUCE fn(*args) for an allowed fn: OrderedDict(), _rebuild_tensor_v2/v3 (a tensor, checked
   // to lie inside its storage), _rebuild_parameter (the tensor itself).
   Ref reduce(Ref fn, Ref args);
-  // NEWOBJ cls(*args): only OrderedDict.__new__(OrderedDict).
+  // NEWOBJ cls(*args): OrderedDict.__new__(OrderedDict), TransformerEngine's DType and
+  // MXFP8Quantizer, and the inert data classes (an Object, never constructed).
   Ref new_object(Ref cls, Ref args);
-  // BUILD: only the attribute dict torch gives an OrderedDict (`_metadata`, ignored).
+  // BUILD: the attribute dict torch gives an OrderedDict (`_metadata`, ignored), TE's enum code
+  // and quantizer fields, an inert object's state (dropped).
   void build(Ref instance, Ref state);
-  // The value STOP returned, as a state dict: a dict of str -> tensor.
-  PickledStateDict finish(Ref result);
+  // The value STOP returned, as a state dict: a dict of str -> tensor (the inner one under `key`
+  // when given: run_pickle).
+  PickledStateDict finish(Ref result, std::string_view key);
 
  private:
   Ref rebuild_tensor(std::span<const Ref> args, bool v3);
@@ -52,10 +55,12 @@ class TorchBuilder {
   // row-wise codes, remembered with their E8M0 scales unpadded (and to be unswizzled); the
   // column-wise copy is dropped.
   Ref mxfp8_tensor(std::span<const Ref> args);
-  // The dict of tensors `result` is, or the one inner dict of tensors of a training checkpoint
-  // ({"model": sd, ...}; said in a note); InvalidPickle for several.
-  Ref inner_state_dict(Ref result, PickledStateDict& out);
-  // A value that may lie beside the tensors and is skipped: None, bool, int, float, str.
+  // The dict of tensors `result` is, or the inner dict of tensors of a training checkpoint
+  // ({"model": sd, ...}; said in a note): the one under `key`, else the only one
+  // (SeveralStateDicts for several).
+  Ref inner_state_dict(Ref result, std::string_view key, PickledStateDict& out);
+  // A value that may lie beside the tensors and is skipped: None, bool, int, float, str, bytes,
+  // an inert object (io.BytesIO, argparse.Namespace, numpy data).
   static bool is_plain(Kind k);
   // t appended to the tensors, as a Tensor value.
   Ref push_tensor(TensorRef t);

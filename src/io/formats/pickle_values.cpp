@@ -21,7 +21,9 @@ constexpr const char* kKindNames[] = {"None",
                                       "storage",
                                       "tensor",
                                       "transformer_engine DType",
-                                      "transformer_engine quantizer"};
+                                      "transformer_engine quantizer",
+                                      "bytes",
+                                      "object"};
 
 // What one entry of a node-based hash container costs: a node of two 4-byte fields, the next
 // pointer and the cached hash (a 32-byte block from glibc's allocator), and its bucket pointer.

@@ -29,7 +29,7 @@
 namespace grouplin::pickle {
 
 // clang-format off
-enum class Kind : uint8_t { None, Bool, Int, Float, String, Tuple, List, Dict, Set, Global, Storage, Tensor, TeDType, TeQuantizer };
+enum class Kind : uint8_t { None, Bool, Int, Float, String, Tuple, List, Dict, Set, Global, Storage, Tensor, TeDType, TeQuantizer, Bytes, Object };
 // clang-format on
 
 // "None", "int", "str", ... as Python names the type.

@@ -103,7 +103,7 @@ StateDict parse(std::shared_ptr<Storage> bytes, const PtReadOptions& options) {
 
   pickle::PickledStateDict pickled;
   try {
-    pickled = pickle::run_pickle(archive.bytes(*pkl));
+    pickled = pickle::run_pickle(archive.bytes(*pkl), {}, options.state_dict_key);
   } catch (const Error& e) {
     throw Error(e.code(), "record " + quote(pkl->name) + " " + e.message());
   }

@@ -95,6 +95,7 @@ struct Canonical {
 Canonical open_source(const std::string& path, const CompareOptions& options) {
   PtReadOptions pt;
   pt.check_storage_crc = true;
+  pt.state_dict_key = options.state_dict_key;
   Canonical c;
   c.src = detail::CheckpointSource::open(path, pt);
   c.model_type = options.model_type.empty() ? c.src->model_type() : options.model_type;

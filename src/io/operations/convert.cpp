@@ -433,7 +433,9 @@ void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource
 ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
                                  const ConvertOptions& options) {
   const std::string context = "converting " + quote(in);
-  std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(in);
+  PtReadOptions pt;
+  pt.state_dict_key = options.state_dict_key;
+  std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(in, pt);
   const std::optional<CheckpointFormat> out_extension = format_for_extension(out);
   const bool directory_out =
       options.max_shard_size.has_value() || (src->directory() && !out_extension);

@@ -20,6 +20,11 @@ std::vector<LayoutRules> rules_from_option(const std::string& value);
 // unless it is two decimal integers with 0 <= B < E.
 ExpertRange experts_from_option(const std::string& value);
 
+// The help text of --state-dict.
+inline constexpr const char* kStateDictHelp =
+    "of a .pt training checkpoint holding several dicts of tensors (Megatron's model0, model1, "
+    "...): the top-level key of the one to read (default: the only one)";
+
 // The help text of --rules.
 inline constexpr const char* kRulesHelp =
     "how grouped modules are named: auto (default: config.json's model_type, else the names), "
