@@ -49,8 +49,9 @@
 namespace grouplin {
 
 struct ConvertOptions {
-  // Layout of every grouped module in OUT.
-  ExpertLayout layout = ExpertLayout::Single;
+  // Layout of every grouped module in OUT; nullopt keeps the layout IN has (a change of format,
+  // sharding, dtype or experts only): Error(InvalidArgument) when IN has modules in both.
+  std::optional<ExpertLayout> layout = ExpertLayout::Single;
   // How grouped modules are named (layout_rules.hpp); empty: detected from IN's keys (and
   // model_type). Given sets must each match something (RuleMatchedNothing).
   std::vector<LayoutRules> rules{};
@@ -101,7 +102,8 @@ enum class RulesFrom {
 struct ConvertReport {
   CheckpointFormat input_format = CheckpointFormat::Safetensors;
   CheckpointFormat output_format = CheckpointFormat::Safetensors;
-  std::vector<GroupedModule> modules;  // grouped modules of IN, in their IN layout
+  std::vector<GroupedModule> modules;          // grouped modules of IN, in their IN layout
+  ExpertLayout layout = ExpertLayout::Single;  // of OUT's modules (ConvertOptions::layout, or kept)
   // The rule sets that found them (GroupedModule::rules, each once, in module order), and whence.
   std::vector<std::string> rules;
   RulesFrom rules_from = RulesFrom::Names;

@@ -31,6 +31,8 @@ namespace grouplin {
 //   ScaleWithoutWeight  FP8 scales (W_scale_inv) whose weight W is not in the checkpoint: inspect
 //                reports it, convert --dtype warns that it passes through as it is.
 //   NothingToDequantize  convert --dtype found no FP8 weight with its scales to write as values.
+//   NothingToChange  convert keeping the layout (no --layout) with nothing else asked for: the
+//                output would be a copy.
 //   AmbiguousTeDType  never thrown: the note (PtReadOptions::notes) of a TransformerEngine
 //                Float8Tensor whose dtype code means float8 e4m3 or e5m2 depending on the TE
 //                release that wrote it, read as the later releases' (docs/pt-format.md).
@@ -85,6 +87,7 @@ namespace grouplin {
   X(EntriesSkipped)             \
   X(SeveralStateDicts)          \
   X(NothingToDequantize)        \
+  X(NothingToChange)            \
   /* Files in general. */       \
   X(IoError)                    \
   X(UnknownFormat)              \

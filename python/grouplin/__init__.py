@@ -142,7 +142,8 @@ def convert(src: PathLike, dst: PathLike, layout: str = "single", format: Option
             dtype: Optional[str] = None, model_type: str = "",
             state_dict_key: str = "") -> Dict[str, Any]:
     """Rewrites every grouped module of the checkpoint ``src`` in one ``layout`` ("single":
-    stacked ``[N, out, in]`` tensors, or "per-expert") into ``dst``, streaming: every other
+    stacked ``[N, out, in]`` tensors, "per-expert", or "keep": the layout src has, for a change
+    of format, sharding, dtype or experts only) into ``dst``, streaming: every other
     tensor is copied unchanged, memory stays about 1 MiB whatever the size, nothing is left at
     ``dst`` on failure. As ``grouplin convert``:
 

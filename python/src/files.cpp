@@ -82,11 +82,11 @@ nb::dict convert(const std::string& in, const std::string& out, const std::strin
   ConvertOptions o;
   o.state_dict_key = state_dict_key;
   const std::optional<ExpertLayout> l = expert_layout_from_name(layout);
-  if (!l) {
+  if (!l && layout != "keep") {
     throw Error(ErrorCode::InvalidArgument,
-                "layout " + quote(layout) + ": expected \"single\" or \"per-expert\"");
+                "layout " + quote(layout) + ": expected \"single\", \"per-expert\" or \"keep\"");
   }
-  o.layout = *l;
+  o.layout = l;
   o.format = format_from_name(format);
   o.rules = rules_from_names(rules);
   o.model_type = model_type;
@@ -205,15 +205,15 @@ void bind_files(nb::module_& m) {
         nb::arg("format").none(), nb::arg("metadata"),
         "Writes the arrays as one checkpoint file, atomically.");
   m.def("inspect", &inspect, nb::arg("path"), nb::arg("rules"), nb::arg("model_type"),
-        nb::arg("state_dict_key"),
-        "The document of `grouplin inspect --json`, as JSON text.");
+        nb::arg("state_dict_key"), "The document of `grouplin inspect --json`, as JSON text.");
   m.def("convert", &convert, nb::arg("src"), nb::arg("dst"), nb::arg("layout"),
         nb::arg("format").none(), nb::arg("rules"), nb::arg("experts").none(),
         nb::arg("max_shard_size").none(), nb::arg("force"), nb::arg("progress").none(),
         nb::arg("dtype").none(), nb::arg("model_type"), nb::arg("state_dict_key"),
         "Converts a checkpoint's grouped modules to one layout, streaming; the report as a dict.");
   m.def("verify", &verify, nb::arg("a"), nb::arg("b"), nb::arg("max_listed"), nb::arg("rules"),
-        nb::arg("model_type"), nb::arg("state_dict_key"), "Compares two checkpoints' values whatever their layouts.");
+        nb::arg("model_type"), nb::arg("state_dict_key"),
+        "Compares two checkpoints' values whatever their layouts.");
   m.def("rule_names", &builtin_rule_names, "The built-in rule sets' names.");
   m.def(
       "parse_byte_size", [](const std::string& text) { return parse_byte_size(text); },

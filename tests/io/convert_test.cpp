@@ -119,7 +119,7 @@ TEST_F(ConvertTest, LargeTensorsThroughThePipeline) {
       o.layout = from == ExpertLayout::Single ? ExpertLayout::PerExpert : ExpertLayout::Single;
       o.overwrite = true;
       convert_checkpoint(path("in.safetensors"), path(out), o);
-      const StateDict want = moe_state_dict(big, o.layout);
+      const StateDict want = moe_state_dict(big, *o.layout);
       const StateDict got =
           std::string(out) == "out.pt"
               ? load_pt(path(out), {.check_record_crc = true, .check_storage_crc = true})

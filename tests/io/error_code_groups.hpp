@@ -64,6 +64,7 @@ inline bool raised_outside_file_parsing(ErrorCode code) {
     case ErrorCode::AmbiguousTeDType:  // a note, never thrown
     case ErrorCode::ModelTypeAssumed:  // a warning of verify, never thrown
     case ErrorCode::NothingToDequantize:
+    case ErrorCode::NothingToChange:
     case ErrorCode::IoError:
     case ErrorCode::OutputHoldsOtherFiles:  // about convert's output, never a file's content
     case ErrorCode::CopyDropped:            // a warning (PtReadOptions::notes), never thrown

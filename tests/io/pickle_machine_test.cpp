@@ -290,7 +290,7 @@ TEST(PickleMachine, TopLevelMustBeADictOfTensors) {
   // A training checkpoint holds one dict of tensors, not two.
   expect_error(state_dict({{"a", state_dict_body({{"w", tensor({})}})},
                            {"b", state_dict_body({{"w", tensor({})}})}}),
-               ErrorCode::InvalidPickle, "several dicts of them (\"a\", \"b\")");
+               ErrorCode::SeveralStateDicts, "several dicts of them (\"a\", \"b\")");
   expect_error("}(" + I(3) + tensor({}) + "u.", ErrorCode::InvalidPickle,
                "state dict key is a int");
 }

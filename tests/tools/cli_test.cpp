@@ -22,6 +22,7 @@
 #include "grouplin/safetensors.hpp"
 #include "grouplin/version.hpp"
 #include "io/moe_checkpoint.hpp"
+#include "io/same_dict.hpp"
 #include "temp_dir_test.hpp"
 #include "tools/cli_runner.hpp"
 
@@ -29,6 +30,7 @@ namespace grouplin {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_same_dict;
 using testing::moe_state_dict;
 using testing::MoeModuleSpec;
 
@@ -301,9 +303,48 @@ TEST_F(CliTest, RefusesExistingOutAndIn) {
   EXPECT_EQ((std::vector<std::string>{"in.pt", "out.pt"}), files());
 }
 
+// No --layout (or --layout keep): the modules' own layout, for a change of format, sharding,
+// dtype or experts; nothing to change at all is an error, and so are modules in both layouts.
+TEST_F(CliTest, KeepingTheLayoutChangesOnlyWhatWasAskedFor) {
+  const StateDict per_expert = moe_state_dict(kModules, ExpertLayout::PerExpert);
+  save_pt(path("in.pt"), per_expert);
+  CliRun r = run({"convert", path("in.pt"), path("out.safetensors")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("layout kept (per-expert)"), std::string::npos) << r.out;
+  expect_same_dict(load_safetensors(path("out.safetensors")).tensors, per_expert);
+  r = run({"convert", path("in.pt"), path("again.pt"), "--layout", "keep"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("grouplin: NothingToChange: ", 0), 0u) << r.err;
+  EXPECT_FALSE(fs::exists(path("again.pt")));
+  const StateDict single = moe_state_dict(kModules, ExpertLayout::Single);
+  save_pt(path("single.pt"), single);
+  r = run({"convert", path("single.pt"), path("single.safetensors")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("layout kept (single)"), std::string::npos) << r.out;
+  expect_same_dict(load_safetensors(path("single.safetensors")).tensors, single);
+  // One module per-expert, one single: which to keep is not one answer.
+  StateDict mixed;
+  for (const StateDict* d : {&per_expert, &single}) {
+    const std::string keep = d == &single ? "model.layers.7." : "model.layers.3.";
+    for (const auto& [name, t] : *d) {
+      if (name.rfind(keep, 0) == 0) mixed.insert(name, t);
+    }
+  }
+  save_pt(path("mixed.pt"), mixed);
+  r = run({"convert", path("mixed.pt"), path("mixed.safetensors")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("name the layout of the output"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("mixed.safetensors")));
+}
+
 TEST_F(CliTest, BadUsageExitsTwo) {
   save_pt(path("in.pt"), moe_state_dict(kModules, ExpertLayout::PerExpert));
-  EXPECT_EQ(run({"convert", path("in.pt"), path("o.pt")}).code, 2);  // --layout is required
+  // Every usage error in GroupLin's form, naming the help to read.
+  CliRun r = run({"convert", path("in.pt"), path("o.pt"), "--layout", "stacked"});
+  EXPECT_EQ(r.err.rfind("grouplin: InvalidArgument: --layout: stacked not in ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("(grouplin convert --help)"), std::string::npos) << r.err;
+  r = run({"verify", path("in.pt")});
+  EXPECT_EQ(r.err.rfind("grouplin: InvalidArgument: ", 0), 0u) << r.err;
   EXPECT_EQ(run({"convert", path("in.pt"), path("o.pt"), "--layout", "stacked"}).code, 2);
   EXPECT_EQ(
       run({"convert", path("in.pt"), path("o.pt"), "--layout", "single", "--format", "gguf"}).code,
@@ -319,7 +360,11 @@ TEST_F(CliTest, HelpOnEveryCommand) {
     CliRun r = run({cmd, "--help"});
     EXPECT_EQ(r.code, 0) << cmd;
     EXPECT_NE(r.out.find("Examples:"), std::string::npos) << cmd << ": " << r.out;
-    EXPECT_NE(r.out.find(std::string("grouplin ") + cmd), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::string("Usage: grouplin ") + cmd), std::string::npos) << r.out;
+    // Placeholders, not CLI11's type names nor the binary's path.
+    for (const char* noise : {"TEXT", "UINT", ":INT", ":{", "/grouplin "}) {
+      EXPECT_EQ(r.out.find(noise), std::string::npos) << cmd << " help has " << noise << r.out;
+    }
   }
   CliRun r = run({"--help"});
   EXPECT_EQ(r.code, 0);

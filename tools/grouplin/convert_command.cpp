@@ -1,4 +1,4 @@
-// grouplin convert IN OUT --layout single|per-expert [--format safetensors|pt]
+// grouplin convert IN OUT [--layout single|per-expert|keep] [--format safetensors|pt]
 //                  [--dtype f32|bf16] [--max-shard-size SIZE] [--force] [--quiet]
 // The work is grouplin::convert_checkpoint; this file parses options, draws the progress bar and
 // turns Ctrl-C or SIGTERM into Error(Interrupted) (the temporary file is removed, OUT is left as
@@ -34,7 +34,7 @@ struct ConvertConfig {
 
 void run_convert(const ConvertConfig& c) {
   ConvertOptions o;
-  o.layout = *expert_layout_from_name(c.layout);  // CLI11 checked the spelling
+  o.layout = expert_layout_from_name(c.layout);  // CLI11 checked the spelling; keep: nullopt
   if (!c.format.empty()) {
     o.format = c.format == "pt" ? CheckpointFormat::Pt : CheckpointFormat::Safetensors;
   }
@@ -75,7 +75,7 @@ void run_convert(const ConvertConfig& c) {
   if (c.quiet) return;
 
   size_t converted = 0;
-  for (const GroupedModule& m : r.modules) converted += m.layout != o.layout;
+  for (const GroupedModule& m : r.modules) converted += m.mixed || m.layout != r.layout;
   std::string out_desc =
       std::string(format_name(r.output_format)) + ", " + format_bytes(r.file_bytes);
   if (r.directory_output) {
@@ -86,13 +86,15 @@ void run_convert(const ConvertConfig& c) {
                   format_bytes(r.copied_bytes);
     }
   }
+  const std::string modules =
+      o.layout ? std::to_string(converted) + " converted to " + std::string(layout_name(r.layout))
+               : "layout kept (" + std::string(layout_name(r.layout)) + ")";
   std::printf(
-      "%s (%s) -> %s (%s): %zu grouped module(s), %zu converted to %s; "
-      "%zu -> %zu tensors; %s in %.2f s (%s/s)\n",
+      "%s (%s) -> %s (%s): %zu grouped module(s), %s; %zu -> %zu tensors; %s in %.2f s "
+      "(%s/s)\n",
       escaped(c.in).c_str(), std::string(format_name(r.input_format)).c_str(),
-      escaped(c.out).c_str(), out_desc.c_str(), r.modules.size(), converted,
-      std::string(layout_name(o.layout)).c_str(), r.input_tensors, r.output_tensors,
-      format_bytes(r.data_bytes).c_str(), seconds,
+      escaped(c.out).c_str(), out_desc.c_str(), r.modules.size(), modules.c_str(), r.input_tensors,
+      r.output_tensors, format_bytes(r.data_bytes).c_str(), seconds,
       format_bytes(seconds > 0 ? static_cast<uint64_t>(r.data_bytes / seconds) : 0).c_str());
   if (!r.rules.empty()) {
     std::string names;
@@ -137,9 +139,9 @@ void add_convert_command(CLI::App& app) {
       ->required();
   cmd->add_option("--layout", c->layout,
                   "single: P.weight [N, out, in], P.bias [N, out]; "
-                  "per-expert: P.weight0..P.weight{N-1}, P.bias0..")
-      ->required()
-      ->check(CLI::IsMember({"single", "per-expert"}));
+                  "per-expert: P.weight0..P.weight{N-1}, P.bias0..; keep (the default): the "
+                  "layout IN has, for a change of format, sharding, dtype or experts only")
+      ->check(CLI::IsMember({"single", "per-expert", "keep"}));
   cmd->add_option("--format", c->format,
                   "output format (default: IN's for a directory OUT, else from OUT's extension: "
                   ".safetensors; .pt .pth .bin)")

@@ -21,10 +21,55 @@ void grouplin::cli::print_warnings(const std::vector<Problem>& warnings) {
   }
 }
 
+namespace {
+
+// Help text a reader can use: each option's value as its placeholder (`--rules R`,
+// `--layout single|per-expert|keep`, `--threads N`), not CLI11's type and validator names
+// (`TEXT:{single,per-expert}`, `UINT:INT in [0 - 1000000]`); positionals by their names alone.
+void tidy_help(CLI::App& app) {
+  static const std::pair<const char*, const char*> kValues[] = {
+      {"--rules", "R"},        {"--state-dict", "KEY"},
+      {"--experts", "B:E"},    {"--max-shard-size", "SIZE"},
+      {"--max-listed", "N"},   {"--out-dir", "DIR"},
+      {"--plot-data", "FILE"}, {"--threads", "N"},
+      {"--steps", "N"},        {"--seed", "N"},
+      {"--reps", "N"},         {"--rows", "T"},
+      {"--fp8-rows", "N"},     {"--shapes", "NAME"},
+      {"--routing", "NAME"},   {"--ops", "NAME"},
+      {"--dtype", "DTYPE"}};
+  for (CLI::App* sub : app.get_subcommands({})) tidy_help(*sub);
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.empty() || opt->get_name() == "--help" || opt->get_name() == "-h,--help") continue;
+    std::string value = "VALUE";
+    if (const size_t open = type.find(":{"); open != std::string::npos) {  // a set of choices
+      value = type.substr(open + 2, type.find('}', open) - open - 2);
+      std::replace(value.begin(), value.end(), ',', '|');
+    } else if (opt->get_positional()) {
+      value = "";
+    } else {
+      for (const auto& [name, v] : kValues) {
+        if (opt->check_lname(std::string(name).substr(2))) value = v;
+      }
+    }
+    opt->type_name(value);
+    for (int i = 0;; ++i) {  // the checks stay; only their descriptions leave the help
+      try {
+        opt->get_validator(i)->description("");
+      } catch (const CLI::OptionNotFound&) {
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "grouplin: the grouped linear layer of Mixture-of-Experts models, its weight layouts "
-      "and checkpoints"};
+      "and checkpoints",
+      "grouplin"};
   // The kernels line names what runs here: the instruction set chosen (GROUPLIN_ISA caps it)
   // and what the CPU offers; "none" when GROUPLIN_ISA is refused, which main then reports.
   app.set_version_flag(
@@ -53,6 +98,7 @@ int main(int argc, char** argv) {
   grouplin::cli::add_rules_command(app);
   grouplin::cli::add_demo_command(app);
   grouplin::cli::add_bench_command(app);
+  tidy_help(app);
   // A mistyped command: named, with the closest one (CLI11 alone says "A subcommand is
   // required").
   if (argc > 1 && argv[1][0] != '-') {
@@ -83,7 +129,10 @@ int main(int argc, char** argv) {
     }
     return status;
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // A usage error in GroupLin's own form (docs/cli.md): code, message, where help is.
+    std::string command = "grouplin";
+    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+    std::cerr << "grouplin: InvalidArgument: " << e.what() << " (" << command << " --help)\n";
     return 2;
   } catch (const grouplin::Error& e) {
     std::cerr << "grouplin: " << e.what() << "\n";

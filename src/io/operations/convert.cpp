@@ -375,11 +375,30 @@ void check_output(const std::string& in, const std::string& out,
   if (directory_out && S_ISDIR(st.st_mode)) check_replaceable_directory(in, out, src);
 }
 
+// The one layout of `dict`'s grouped modules, for a conversion that keeps it (Single when there
+// are none); Error(InvalidArgument) when they are in both.
+ExpertLayout kept_layout(const StateDict& dict, const PlanOptions& options) {
+  const GroupedScan scan = layout::scan(dict, options);
+  std::string single, per_expert;
+  for (const GroupedModule& m : scan.modules) {
+    std::string& names = m.layout == ExpertLayout::Single && !m.mixed ? single : per_expert;
+    if (names.size() < 200) names += (names.empty() ? "" : ", ") + quote(m.prefix);
+  }
+  if (!single.empty() && !per_expert.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "no --layout keeps the layout of the grouped modules, but they have two: single (" +
+                    single + ") and per-expert or mixed (" + per_expert +
+                    "); name the layout of the output (--layout single|per-expert)");
+  }
+  return per_expert.empty() ? ExpertLayout::Single : ExpertLayout::PerExpert;
+}
+
 // Never a silent no-op (docs/cli.md, "Nothing to change"): a conversion asked for a change it
 // cannot make at all is an error; one that makes some of what was asked warns about the rest.
-void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource& src,
-                   const ConversionPlan& plan, CheckpointFormat format, bool directory_out,
-                   const std::string& model_type, ConvertReport& report) {
+void refuse_no_ops(const ConvertOptions& options, ExpertLayout target,
+                   const detail::CheckpointSource& src, const ConversionPlan& plan,
+                   CheckpointFormat format, bool directory_out, const std::string& model_type,
+                   ConvertReport& report) {
   const bool dequantized = report.dequantized > 0;
   // What changes besides the dtype: the files (format, sharding), or a module's layout or experts.
   const bool reshaped = format != src.format() || directory_out != (src.directory() != nullptr) ||
@@ -387,12 +406,17 @@ void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource
   const bool regrouped =
       options.experts.has_value() ||
       std::any_of(plan.modules.begin(), plan.modules.end(),
-                  [&](const GroupedModule& m) { return m.mixed || m.layout != options.layout; });
+                  [&](const GroupedModule& m) { return m.mixed || m.layout != target; });
   const std::string rules = report.rules_from == RulesFrom::Given ? "the rules given"
                             : report.rules_from == RulesFrom::ModelType
                                 ? "the rules of model type " + quote(model_type)
                                 : "the rules detected from its names";
-  if (plan.modules.empty()) {
+  if (!options.layout && !reshaped && !dequantized && !regrouped) {
+    throw Error(ErrorCode::NothingToChange,
+                "the layout kept (no --layout), the same format and sharding, no --dtype and no "
+                "--experts: the output would be a copy of the input (cp makes one)");
+  }
+  if (plan.modules.empty() && options.layout) {
     if (options.experts) {
       throw Error(ErrorCode::NoGroupedModules,
                   "--experts " + std::to_string(options.experts->begin) + ":" +
@@ -400,7 +424,7 @@ void refuse_no_ops(const ConvertOptions& options, const detail::CheckpointSource
                       rules + ", so there are no experts to take (--rules names the rules; " +
                       "`grouplin rules` lists them)");
     }
-    const std::string layout(layout_name(options.layout));
+    const std::string layout(layout_name(target));
     if (!reshaped && !dequantized) {
       throw Error(ErrorCode::NoGroupedModules,
                   "no grouped module found by " + rules + ": converting to the " + layout +
@@ -480,14 +504,15 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
                       : rules_for_model_type(model_type).has_value() ? RulesFrom::ModelType
                                                                      : RulesFrom::Names;
   try {
-    plan = plan_conversion(src->tensors(), options.layout,
-                           {options.rules, model_type, options.experts, src->declared_modules(),
-                            options.dtype.has_value()});
+    const PlanOptions plan_options{options.rules, model_type, options.experts,
+                                   src->declared_modules(), options.dtype.has_value()};
+    report.layout = options.layout ? *options.layout : kept_layout(src->tensors(), plan_options);
+    plan = plan_conversion(src->tensors(), report.layout, plan_options);
     if (options.dtype) {
       report.dequantized =
           layout::dequantize_plan(plan.tensors, *options.dtype, layout::MissingScales::Refuse);
     }
-    refuse_no_ops(options, *src, plan, *format, directory_out, model_type, report);
+    refuse_no_ops(options, report.layout, *src, plan, *format, directory_out, model_type, report);
   } catch (const Error& e) {
     throw Error(e.code(), context + ": " + e.message());
   }
