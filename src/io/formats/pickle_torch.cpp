@@ -519,12 +519,12 @@ PickledStateDict TorchBuilder::finish(Ref result, std::string_view key) {
   }
   if (skipped_count > 0) {
     values_.grow(out.notes, "the state dict");
-    out.notes.push_back({ErrorCode::EntriesSkipped, "",
-                         std::to_string(skipped_count) +
-                             (skipped_count == 1 ? " entry beside the tensors is not a tensor and is"
-                                                 : " entries beside the tensors are not tensors and are") +
-                             " left out: " + skipped +
-                             (skipped_count > 8 ? ", ..." : "")});
+    out.notes.push_back(
+        {ErrorCode::EntriesSkipped, "",
+         std::to_string(skipped_count) +
+             (skipped_count == 1 ? " entry beside the tensors is not a tensor and is"
+                                 : " entries beside the tensors are not tensors and are") +
+             " left out: " + skipped + (skipped_count > 8 ? ", ..." : "")});
   }
   return out;
 }

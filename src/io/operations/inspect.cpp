@@ -8,8 +8,7 @@
 namespace grouplin {
 
 CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<LayoutRules>& rules,
-                                     std::string_view model_type,
-                                     std::string_view state_dict_key) {
+                                     std::string_view model_type, std::string_view state_dict_key) {
   PtReadOptions pt;
   pt.state_dict_key = state_dict_key;
   std::unique_ptr<detail::CheckpointSource> src = detail::CheckpointSource::open(path, pt);
