@@ -29,8 +29,10 @@ std::string_view format_name(CheckpointFormat format);
 // The format of the file at `path`, from its first bytes: a zip local header ("PK\3\4") is a
 // PyTorch file; a little-endian u64 header length N with 2 <= N <= 100,000,000, 8 + N within the
 // file and '{' as the first header byte is safetensors. Nothing else is read or validated (the
-// loaders do that). Throws Error(IoError) if the file cannot be read, Error(UnknownFormat)
-// naming the file and its first bytes otherwise.
+// loaders do that). Throws Error(IoError) if the file cannot be read, Error(Truncated) for a
+// safetensors header that ends past the end of the file, Error(UnknownFormat) naming the file
+// and what it is when its first bytes tell (a legacy torch.save, GGUF, .npy, HDF5, gzip, a Git
+// LFS pointer), else its first bytes.
 CheckpointFormat detect_format(const std::string& path);
 
 // The format an extension names: ".safetensors" -> Safetensors; ".pt", ".pth", ".bin" (as

@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "grouplin/checkpoint.hpp"
 #include "grouplin/checkpoint_layout.hpp"
 #include "grouplin/convert.hpp"
 #include "grouplin/dtype.hpp"
@@ -205,6 +207,49 @@ TEST_F(RealWritersFiles, TransformerEngineAndMegatronCheckpointsReadTheirWeights
   convert_checkpoint(vp, path("out.safetensors"), o);
   const StateDict out = load_safetensors(path("out.safetensors")).tensors;
   EXPECT_EQ(out.at("experts.weight").data_as<float>()[2 * 24 + 5], 1205.0f);
+}
+
+// Files that are no checkpoint GroupLin reads are named as what they are: torch.save's legacy
+// format as PyTorch 1.13 writes it (make_torch_legacy.py), a safetensors file cut short, and the
+// magic numbers of GGUF, NumPy and Git LFS pointers.
+TEST_F(RealWritersFiles, FilesThatAreNoCheckpointAreNamed) {
+  auto error = [](const std::string& file) {
+    try {
+      detect_format(file);
+    } catch (const Error& e) {
+      return e;
+    }
+    return Error(ErrorCode::InvalidArgument, "read as a checkpoint");
+  };
+  Error e = error(kDir + "torch1_13_legacy.pt");
+  EXPECT_EQ(e.code(), ErrorCode::UnknownFormat);
+  EXPECT_NE(std::string(e.what()).find("torch.save's legacy format"), std::string::npos)
+      << e.what();
+  auto write = [&](const std::string& name, std::string_view bytes) {
+    std::ofstream(path(name), std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return path(name);
+  };
+  StateDict sd;
+  sd.insert("w", Tensor::zeros({64}, DType::F32));
+  save_safetensors(path("whole.safetensors"), sd);
+  const std::string bytes = test_files::read_all(path("whole.safetensors"));
+  const size_t header_end =
+      8 + static_cast<uint8_t>(bytes[0]) + 256u * static_cast<uint8_t>(bytes[1]);
+  for (size_t cut : {size_t{8}, size_t{20}, header_end - 1}) {  // in the header: cut short
+    e = error(write("cut.safetensors", std::string_view(bytes).substr(0, cut)));
+    EXPECT_EQ(e.code(), ErrorCode::Truncated) << cut << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("cut short"), std::string::npos) << e.what();
+  }
+  const std::pair<std::string_view, const char*> known[] = {
+      {std::string_view("GGUF\x03\0\0\0", 8), "GGUF"},
+      {"\x93NUMPY\x01\0v\0{'descr': '<f4'", "NumPy .npy"},
+      {"version https://git-lfs.github.com/spec/v1\n", "Git LFS pointer"}};
+  for (const auto& [magic, name] : known) {
+    e = error(write("known", magic));
+    EXPECT_EQ(e.code(), ErrorCode::UnknownFormat);
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -241,7 +241,7 @@ TEST_F(CliTest, BadInputsExitTwoAndLeaveNoOutput) {
   save_pt(path("good.pt"), sd);
   const std::string good = read_all(path("good.safetensors"));
   std::ofstream(path("truncated.safetensors"), std::ios::binary) << good.substr(0, good.size() - 9);
-  // Cut inside the header: no longer recognisable as safetensors at all.
+  // Cut inside the header: a safetensors file cut short, as its header length tells.
   std::ofstream(path("cut.safetensors"), std::ios::binary) << good.substr(0, 40);
   const std::string good_pt = read_all(path("good.pt"));
   std::ofstream(path("truncated.pt"), std::ios::binary) << good_pt.substr(0, good_pt.size() - 30);
@@ -256,10 +256,14 @@ TEST_F(CliTest, BadInputsExitTwoAndLeaveNoOutput) {
   const std::vector<std::string> inputs_before = files();
 
   const std::pair<std::string, std::string> cases[] = {
-      {"missing.safetensors", "No such file"},     {"folder", "no *.safetensors file"},
-      {"truncated.safetensors", "Truncated"},      {"truncated.pt", "truncated.pt"},
-      {"cut.safetensors", "UnknownFormat"},        {"partial.pt", "PartialExpertSet"},
-      {"mixed.safetensors", "BothLayoutsPresent"}, {"unknown.bin", "UnknownFormat"},
+      {"missing.safetensors", "No such file"},
+      {"folder", "no *.safetensors file"},
+      {"truncated.safetensors", "Truncated"},
+      {"truncated.pt", "truncated.pt"},
+      {"cut.safetensors", "cut short"},
+      {"partial.pt", "PartialExpertSet"},
+      {"mixed.safetensors", "BothLayoutsPresent"},
+      {"unknown.bin", "UnknownFormat"},
   };
   for (const auto& [name, message] : cases) {
     for (const char* out : {"out.safetensors", "out.pt"}) {
@@ -353,6 +357,12 @@ TEST_F(CliTest, BadUsageExitsTwo) {
   EXPECT_EQ(run({"inspect"}).code, 2);
   EXPECT_EQ(run({"frobnicate"}).code, 2);
   EXPECT_FALSE(fs::exists(path("o.pt")));
+  // A missing output folder is named as the folder, not through a temporary file's name.
+  r = run({"convert", path("in.pt"), path("no/such/o.safetensors")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("its folder \"" + path("no/such") + "\" does not exist"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find(".tmp"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, HelpOnEveryCommand) {

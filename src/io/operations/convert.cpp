@@ -341,8 +341,18 @@ void check_output(const std::string& in, const std::string& out,
   }
   struct stat st;
   if (::stat(out.c_str(), &st) != 0) {
-    if (errno == ENOENT) return;
-    throw Error(ErrorCode::IoError, context + ": " + std::strerror(errno));
+    if (errno != ENOENT) throw Error(ErrorCode::IoError, context + ": " + std::strerror(errno));
+    // The folder it goes in is named as such, not through the temporary file's name.
+    std::filesystem::path folder = std::filesystem::path(out).parent_path();
+    if (folder.empty()) folder = ".";
+    struct stat fst;
+    if (::stat(folder.c_str(), &fst) != 0 || !S_ISDIR(fst.st_mode)) {
+      throw Error(ErrorCode::IoError,
+                  context + ": its folder " + quote(folder.string()) +
+                      (::stat(folder.c_str(), &fst) != 0 ? " does not exist" : " is not a folder") +
+                      "; create it first (GroupLin creates the output, not the folders above it)");
+    }
+    return;
   }
   if (src.holds_file(st.st_dev, st.st_ino)) {
     throw Error(ErrorCode::InvalidArgument,
