@@ -120,6 +120,9 @@ struct ConvertReport {
   std::vector<std::string> copied_files;
   uint64_t copied_bytes = 0;
   std::vector<std::string> skipped_files;
+  // Of an input directory converted to one file: its other files (config.json, tokenizer files),
+  // which a file output cannot hold and which were not copied (relative to IN).
+  std::vector<std::string> left_files;
   // Other files written changed, one line each ("config.json: quantization_config removed ..."):
   // with ConvertOptions::dtype, a config.json that declares FP8 weights no longer does.
   std::vector<std::string> edited_files;

@@ -130,6 +130,7 @@ nb::dict convert(const std::string& in, const std::string& out, const std::strin
   d["output_files"] = r.output_files;
   d["copied_files"] = r.copied_files;
   d["skipped_files"] = r.skipped_files;
+  d["left_files"] = r.left_files;
   d["edited_files"] = r.edited_files;
   d["warnings"] = problems_list(r.warnings);
   return d;

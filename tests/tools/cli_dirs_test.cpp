@@ -92,6 +92,12 @@ TEST_F(CliDirsTest, ConvertsInspectsAndVerifiesDirectories) {
   // A directory to one file, and verify across the two kinds.
   r = run({"convert", path("hf"), path("one.safetensors"), "--layout", "single"});
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("left in " + path("hf") +
+                       " (a file output holds tensors only; an "
+                       "OUT without extension is a directory that gets them): config.json, "
+                       "tokenizer.json\n"),
+            std::string::npos)
+      << r.out;
   r = run({"verify", path("one.safetensors"), path("back")});
   EXPECT_EQ(r.code, 0) << r.out;
 }

@@ -109,16 +109,17 @@ void run_convert(const ConvertConfig& c) {
                 r.dequantized, c.dtype == "f32" ? "F32" : "BF16");
   }
   for (const std::string& e : r.edited_files) std::printf("edited: %s\n", e.c_str());
+  if (!r.left_files.empty()) {
+    std::printf("left in %s (a file output holds tensors only; an OUT without extension is a "
+                "directory that gets them): %s\n",
+                escaped(c.in).c_str(), name_list(r.left_files).c_str());
+  }
   if (!r.skipped_files.empty()) {
-    std::string names;
-    for (size_t i = 0; i < r.skipped_files.size() && i < 8; ++i) {
-      names += (i ? ", " : "") + escaped(r.skipped_files[i]);
-    }
-    if (r.skipped_files.size() > 8) names += ", ...";
     std::printf(
         "not copied (weight files that are not the input's shards, or not files): %zu (%s)\n",
-        r.skipped_files.size(), names.c_str());
+        r.skipped_files.size(), name_list(r.skipped_files).c_str());
   }
+
 }
 
 }  // namespace

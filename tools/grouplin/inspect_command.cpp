@@ -22,14 +22,6 @@ struct InspectConfig {
   std::string state_dict;
 };
 
-// "a, b, c" escaped, at most `max` names then "and N more".
-std::string name_list(const std::vector<std::string>& names, size_t max = 8) {
-  std::string out;
-  for (size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", " : "") + escaped(names[i]);
-  if (names.size() > max) out += " and " + std::to_string(names.size() - max) + " more";
-  return out;
-}
-
 // What GroupLin makes of a model type: " (rules: its family's)", or why it has none.
 std::string family_note(const std::string& model_type) {
   for (const ModelFamily& f : model_families()) {

@@ -15,6 +15,13 @@
 
 int grouplin::cli::g_exit_code = 0;
 
+std::string grouplin::cli::name_list(const std::vector<std::string>& names, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", " : "") + escaped(names[i]);
+  if (names.size() > max) out += " and " + std::to_string(names.size() - max) + " more";
+  return out;
+}
+
 void grouplin::cli::print_warnings(const std::vector<Problem>& warnings) {
   for (const Problem& w : warnings) {
     std::cerr << "grouplin: warning: " << error_code_name(w.code) << ": " << w.message << "\n";

@@ -583,6 +583,8 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
   } else {
     report.file_bytes = write_file(out, *src, plan.tensors, *format, metadata, progress);
     report.output_files.push_back(std::filesystem::path(out).filename().string());
+    // A file holds tensors only: what else the input directory had stays there.
+    if (const detail::CheckpointDir* dir = src->directory()) report.left_files = dir->other_files;
   }
   return report;
 }

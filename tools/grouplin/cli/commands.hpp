@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 #include <vector>
 
 #include "grouplin/error.hpp"
@@ -16,6 +17,9 @@ extern int g_exit_code;
 // Writes each warning to stderr as "grouplin: warning: <CodeName>: <message>": what an input gets
 // wrong without stopping the command (its exit status stays as it is).
 void print_warnings(const std::vector<Problem>& warnings);
+
+// "a, b, c" escaped, at most `max` names then "and N more".
+std::string name_list(const std::vector<std::string>& names, size_t max = 8);
 
 void add_demo_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
