@@ -32,6 +32,7 @@ struct CheckpointSummary {
   // other files, the weight files and entries that are not its shards, config.json's model_type;
   // all names relative to the directory.
   bool directory = false;
+  std::string snapshot;  // of a Hugging Face cache folder: "snapshots/<rev>" (refs/main's), read
   std::string index_file;
   std::vector<std::string> shards;
   std::vector<std::string> other_files;

@@ -283,6 +283,27 @@ TEST_F(ShardedDirTest, LinkedShardsAreFollowedAndOutputsHoldTheirBytes) {
   EXPECT_EQ(test_files::read_all(dir_ / "out" / "config.json"),
             test_files::read_all(snap / "config.json"));
   expect_same_dict(load_checkpoint(path("out")).tensors, hf_state_dict({}, true));
+
+  // The cache folder itself (hub/models--org--name) reads as the snapshot refs/main names.
+  fs::create_directories(dir_ / "hub" / "refs");
+  write_text(dir_ / "hub" / "refs" / "main", "abc\n");
+  expect_same_dict(load_checkpoint(path("hub")).tensors, sd);
+  EXPECT_EQ(inspect_checkpoint(path("hub")).snapshot, "snapshots/abc");
+  convert_checkpoint(path("hub"), path("from_cache"), o);
+  expect_same_dict(load_checkpoint(path("from_cache")).tensors, hf_state_dict({}, true));
+  for (const auto& [rev, code] :
+       {std::pair<std::string, ErrorCode>{"../abc", ErrorCode::UnsafePath},
+        {"def", ErrorCode::IoError}}) {
+    write_text(dir_ / "hub" / "refs" / "main", rev);
+    try {
+      inspect_checkpoint(path("hub"));
+      ADD_FAILURE() << rev;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find("Hugging Face cache folder"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Each broken directory: what breaks it, and the code every reader gives.

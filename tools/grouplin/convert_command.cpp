@@ -110,16 +110,16 @@ void run_convert(const ConvertConfig& c) {
   }
   for (const std::string& e : r.edited_files) std::printf("edited: %s\n", e.c_str());
   if (!r.left_files.empty()) {
-    std::printf("left in %s (a file output holds tensors only; an OUT without extension is a "
-                "directory that gets them): %s\n",
-                escaped(c.in).c_str(), name_list(r.left_files).c_str());
+    std::printf(
+        "left in %s (a file output holds tensors only; an OUT without extension is a "
+        "directory that gets them): %s\n",
+        escaped(c.in).c_str(), name_list(r.left_files).c_str());
   }
   if (!r.skipped_files.empty()) {
     std::printf(
         "not copied (weight files that are not the input's shards, or not files): %zu (%s)\n",
         r.skipped_files.size(), name_list(r.skipped_files).c_str());
   }
-
 }
 
 }  // namespace

@@ -70,6 +70,10 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
     std::printf("%s: %s directory, %zu shard(s), %s (%llu bytes)\n", escaped(c.file).c_str(),
                 std::string(format_name(s.format)).c_str(), s.shards.size(),
                 format_bytes(s.file_bytes).c_str(), static_cast<unsigned long long>(s.file_bytes));
+    if (!s.snapshot.empty()) {
+      std::printf("snapshot: %s (a Hugging Face cache folder: the revision refs/main names)\n",
+                  escaped(s.snapshot).c_str());
+    }
     std::printf("index: %s\nshards: %s\n",
                 !s.index_file.empty() ? escaped(s.index_file).c_str()
                 : s.format == CheckpointFormat::Safetensors
@@ -199,7 +203,7 @@ void add_inspect_command(CLI::App& app) {
       "inconsistent expert set (listed under problems).\n\n"
       "Examples:\n"
       "  grouplin inspect model.safetensors\n"
-      "  grouplin inspect ~/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B/snapshots/*/\n"
+      "  grouplin inspect ~/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B   # refs/main\n"
       "  grouplin inspect model.pt --json | jq '.grouped_modules[] | {prefix, layout, "
       "num_experts}'");
   cmd->callback([config] { run_inspect(*config); });

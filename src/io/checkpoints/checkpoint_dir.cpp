@@ -87,8 +87,28 @@ CheckpointDir read_checkpoint_dir(const std::string& path) {
   const std::string context = "reading the checkpoint directory " + quote(path);
   CheckpointDir d;
   d.path = path;
-  const fs::path root(path);
   std::error_code ec;
+  // A Hugging Face cache folder (hub/models--org--name): the snapshot refs/main names.
+  if (fs::is_regular_file(fs::path(path) / "refs" / "main", ec) &&
+      fs::is_directory(fs::path(path) / "snapshots", ec)) {
+    std::string rev = read_small_file(fs::path(path) / "refs" / "main", 4096,
+                                      ErrorCode::InvalidIndex, context + ": refs/main");
+    while (!rev.empty() && std::isspace(static_cast<unsigned char>(rev.back()))) rev.pop_back();
+    if (const char* why = unsafe_relative_path(rev);
+        why != nullptr || rev.find('/') != std::string::npos) {
+      throw Error(ErrorCode::UnsafePath,
+                  context + ": a Hugging Face cache folder whose refs/main " + quote(rev) +
+                      " is not a revision (" + (why ? why : "has a \"/\"") + ")");
+    }
+    d.snapshot = "snapshots/" + rev;
+    d.path = (fs::path(path) / d.snapshot).string();
+    if (!fs::is_directory(d.path, ec)) {
+      throw Error(ErrorCode::IoError,
+                  context + ": a Hugging Face cache folder whose refs/main names the snapshot " +
+                      quote(rev) + ", which is not in snapshots/ (a download not finished?)");
+    }
+  }
+  const fs::path root(d.path);
 
   for (CheckpointFormat f : {CheckpointFormat::Safetensors, CheckpointFormat::Pt}) {
     const std::string name = shard_index_file_name(f);

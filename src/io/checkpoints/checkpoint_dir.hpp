@@ -29,7 +29,11 @@ const char* unsafe_relative_path(std::string_view name);
 bool is_weight_file_name(std::string_view name);
 
 struct CheckpointDir {
-  std::string path;        // the directory, as given
+  // The directory: as given, or a Hugging Face cache folder's snapshot (path/snapshot).
+  std::string path;
+  // For a Hugging Face cache folder (models--org--name, holding refs/main and snapshots/):
+  // "snapshots/<revision>", the snapshot refs/main names, which `path` then is; else "".
+  std::string snapshot;
   std::string index_file;  // its index, relative to path; "" when there is none
   ShardIndex index;        // empty when there is no index
   // Shard files relative to path, sorted; each exists and is a regular file (links followed).
@@ -51,7 +55,9 @@ struct CheckpointDir {
 // listed, Error(InvalidIndex), Error(DuplicateName), Error(UnsafePath) for the index,
 // Error(ShardMissing) for a shard it names that is missing or not a regular file, and
 // Error(UnknownFormat) for a directory with neither an index nor a *.safetensors file. Messages
-// name the directory.
+// name the directory. A Hugging Face cache folder is read as the snapshot its refs/main names
+// (Error(UnsafePath) for a revision that is not one path component, Error(IoError) when that
+// snapshot is not there).
 CheckpointDir read_checkpoint_dir(const std::string& path);
 
 // One shard's tensors, as its reader found them: names and byte sizes, in file order.

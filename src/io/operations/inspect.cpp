@@ -19,6 +19,7 @@ CheckpointSummary inspect_checkpoint(const std::string& path, const std::vector<
   s.metadata = src->metadata();
   if (const detail::CheckpointDir* dir = src->directory()) {
     s.directory = true;
+    s.snapshot = dir->snapshot;
     s.index_file = dir->index_file;
     s.shards = dir->shards;
     s.other_files = dir->other_files;

@@ -64,6 +64,7 @@ std::string inspect_json(const CheckpointSummary& s, const std::string& path) {
   doc["file_bytes"] = s.file_bytes;
   doc["directory"] = s.directory;
   if (s.directory) {
+    if (!s.snapshot.empty()) doc["snapshot"] = s.snapshot;
     doc["index_file"] = s.index_file.empty() ? ordered_json(nullptr) : ordered_json(s.index_file);
     doc["shards"] = s.shards;
     doc["other_files"] = s.other_files;
