@@ -67,4 +67,10 @@ struct CompareReport {
 CompareReport compare_checkpoints(const std::string& a, const std::string& b,
                                   const CompareOptions& options = {});
 
+// The report as the JSON document of `grouplin verify --json` (Python's grouplin.verify reads
+// it): A and B as given, the fields above; schema in docs/cli.md, fields only ever added. Pure
+// ASCII, indented by 2, no final newline.
+std::string compare_report_json(const CompareReport& report, const std::string& a,
+                                const std::string& b);
+
 }  // namespace grouplin

@@ -152,4 +152,11 @@ struct ConvertReport {
 ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
                                  const ConvertOptions& options = {});
 
+// The report as the JSON document of `grouplin convert --json` (Python's grouplin.convert returns
+// it as a dict): IN and OUT as given, the fields above (modules in brief: prefix, layout,
+// num_experts, rules; warnings as {code, key, message}); schema in docs/cli.md, fields only ever
+// added. Pure ASCII, indented by 2, no final newline.
+std::string convert_report_json(const ConvertReport& report, const std::string& in,
+                                const std::string& out);
+
 }  // namespace grouplin

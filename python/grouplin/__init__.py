@@ -158,8 +158,8 @@ def convert(src: PathLike, dst: PathLike, layout: str = "single", format: Option
       model0, model1), the top-level key of the one to read.
 
     Ctrl-C stops the conversion (KeyboardInterrupt; dst is left as it was). Returns the report
-    as a dict (tensors, bytes, files written; ``rules``: the rule sets that found the modules,
-    ``rules_from``: "given", "model_type" (config.json) or "names"; ``warnings``). Raises
+    as a dict, the document of ``grouplin convert --json`` (tensors, bytes, files written;
+    ``rules``: the rule sets that found the modules, ``rules_from``: "given", "model_type" (config.json) or "names"; ``warnings``). Raises
     ``Error``, also when nothing would change (a layout without grouped modules and nothing
     else to do: ``NoGroupedModules``; docs/cli.md, "Nothing to change").
     """
@@ -168,9 +168,10 @@ def convert(src: PathLike, dst: PathLike, layout: str = "single", format: Option
     callback = _progress_printer() if progress is True else (progress or None)
     if dtype is not None:
         dtype = {"f32": "F32", "bf16": "BF16", "f16": "F16"}.get(dtype, dtype)
-    return _core.convert(_path(src), _path(dst), layout, format, _rules(rules),
-                         tuple(experts) if experts is not None else None, max_shard_size,
-                         force, callback, dtype, model_type, state_dict_key)
+    return json.loads(_core.convert(_path(src), _path(dst), layout, format, _rules(rules),
+                                    tuple(experts) if experts is not None else None,
+                                    max_shard_size, force, callback, dtype, model_type,
+                                    state_dict_key))
 
 
 @dataclass
@@ -195,11 +196,13 @@ def verify(a: PathLike, b: PathLike, max_listed: int = 10, rules: Rules = None,
     """Compares the values of two checkpoints whatever their layouts and formats (files or
     directories), bit for bit, reading 256 KiB at a time. Raises ``Error`` for a checkpoint
     that cannot be read."""
-    r = _core.verify(_path(a), _path(b), max_listed, _rules(rules), model_type, state_dict_key)
+    r = json.loads(_core.verify(_path(a), _path(b), max_listed, _rules(rules), model_type,
+                                state_dict_key))
     return VerifyResult(same=r["same"], differences=list(r["differences"]),
                         differing=r["differing"], tensors_compared=r["tensors_compared"],
                         bytes_compared=r["bytes_compared"],
-                        warnings=[Problem(*w) for w in r["warnings"]])
+                        warnings=[Problem(w["code"], w["key"], w["message"])
+                                  for w in r["warnings"]])
 
 
 def rule_names() -> List[str]:

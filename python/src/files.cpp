@@ -72,13 +72,13 @@ std::string inspect(const std::string& path, const std::vector<std::string>& rul
   return inspect_json(inspect_checkpoint(path, sets, model_type, state_dict_key), path);
 }
 
-nb::dict convert(const std::string& in, const std::string& out, const std::string& layout,
-                 const std::optional<std::string>& format, const std::vector<std::string>& rules,
-                 const std::optional<std::pair<int64_t, int64_t>>& experts,
-                 const std::optional<uint64_t>& max_shard_size, bool force,
-                 const std::optional<nb::callable>& progress,
-                 const std::optional<std::string>& dtype, const std::string& model_type,
-                 const std::string& state_dict_key) {
+std::string convert(const std::string& in, const std::string& out, const std::string& layout,
+                    const std::optional<std::string>& format, const std::vector<std::string>& rules,
+                    const std::optional<std::pair<int64_t, int64_t>>& experts,
+                    const std::optional<uint64_t>& max_shard_size, bool force,
+                    const std::optional<nb::callable>& progress,
+                    const std::optional<std::string>& dtype, const std::string& model_type,
+                    const std::string& state_dict_key) {
   ConvertOptions o;
   o.state_dict_key = state_dict_key;
   const std::optional<ExpertLayout> l = expert_layout_from_name(layout);
@@ -113,32 +113,12 @@ nb::dict convert(const std::string& in, const std::string& out, const std::strin
     nb::gil_scoped_release unlocked;
     r = convert_checkpoint(in, out, o);
   }
-  nb::dict d;
-  d["input_format"] = std::string(format_name(r.input_format));
-  d["output_format"] = std::string(format_name(r.output_format));
-  d["input_tensors"] = r.input_tensors;
-  d["output_tensors"] = r.output_tensors;
-  d["grouped_modules"] = r.modules.size();
-  d["data_bytes"] = r.data_bytes;
-  d["file_bytes"] = r.file_bytes;
-  d["dequantized"] = r.dequantized;
-  d["rules"] = r.rules;
-  d["rules_from"] = r.rules_from == RulesFrom::Given       ? "given"
-                    : r.rules_from == RulesFrom::ModelType ? "model_type"
-                                                           : "names";
-  d["directory_output"] = r.directory_output;
-  d["output_files"] = r.output_files;
-  d["copied_files"] = r.copied_files;
-  d["skipped_files"] = r.skipped_files;
-  d["left_files"] = r.left_files;
-  d["edited_files"] = r.edited_files;
-  d["warnings"] = problems_list(r.warnings);
-  return d;
+  return convert_report_json(r, in, out);
 }
 
-nb::dict verify(const std::string& a, const std::string& b, size_t max_listed,
-                const std::vector<std::string>& rules, const std::string& model_type,
-                const std::string& state_dict_key) {
+std::string verify(const std::string& a, const std::string& b, size_t max_listed,
+                   const std::vector<std::string>& rules, const std::string& model_type,
+                   const std::string& state_dict_key) {
   CompareOptions o;
   o.state_dict_key = state_dict_key;
   o.max_listed = max_listed;
@@ -149,16 +129,7 @@ nb::dict verify(const std::string& a, const std::string& b, size_t max_listed,
     nb::gil_scoped_release unlocked;
     r = compare_checkpoints(a, b, o);
   }
-  nb::dict d;
-  d["same"] = r.same;
-  d["differences"] = r.differences;
-  d["differing"] = r.differing;
-  d["tensors_compared"] = r.tensors_compared;
-  d["bytes_compared"] = r.bytes_compared;
-  d["format_a"] = std::string(format_name(r.format_a));
-  d["format_b"] = std::string(format_name(r.format_b));
-  d["warnings"] = problems_list(r.warnings);
-  return d;
+  return compare_report_json(r, a, b);
 }
 
 }  // namespace

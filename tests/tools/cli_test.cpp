@@ -341,6 +341,58 @@ TEST_F(CliTest, KeepingTheLayoutChangesOnlyWhatWasAskedFor) {
   EXPECT_FALSE(fs::exists(path("mixed.safetensors")));
 }
 
+// One result document per command under --json, an error document for what cannot be read;
+// inspect takes several paths and goes on past a bad one; --modules leaves out the tensor list.
+TEST_F(CliTest, JsonDocumentsAndSeveralPaths) {
+  save_pt(path("in.pt"), moe_state_dict(kModules, ExpertLayout::PerExpert));
+  std::ofstream(path("bad.safetensors")) << "GGUF....";
+  CliRun r = run({"inspect", path("in.pt"), path("bad.safetensors"), path("in.pt"), "--json"});
+  EXPECT_EQ(r.code, 2);
+  nlohmann::json docs = nlohmann::json::parse(r.out);
+  ASSERT_EQ(docs.size(), 3u);
+  EXPECT_EQ(docs[0]["grouped_modules"].size(), 2u);
+  EXPECT_EQ(docs[1]["file"], path("bad.safetensors"));
+  EXPECT_EQ(docs[1]["error"]["code"], "UnknownFormat");
+  EXPECT_EQ(docs[2], docs[0]);
+  EXPECT_NE(r.err.find("GGUF"), std::string::npos) << r.err;
+
+  r = run({"inspect", path("bad.safetensors"), "--json"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["code"], "UnknownFormat");
+
+  r = run({"inspect", path("in.pt"), path("in.pt"), "--modules"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("model.layers.3.mlp.experts.weight0"), std::string::npos) << r.out;
+  size_t listings = 0;
+  for (size_t at = r.out.find("tensors: "); at != std::string::npos;
+       at = r.out.find("tensors: ", at + 1)) {
+    ++listings;
+  }
+  EXPECT_EQ(listings, 2u) << r.out;
+
+  r = run({"convert", path("in.pt"), path("out.safetensors"), "--layout", "single", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["output"], path("out.safetensors"));
+  EXPECT_EQ(report["layout"], "single");
+  EXPECT_EQ(report["grouped_modules"], 2);
+  EXPECT_EQ(report["modules"][1]["prefix"], "model.layers.7.mlp.experts.");
+  EXPECT_EQ(report["output_files"], nlohmann::json::array({"out.safetensors"}));
+  r = run({"convert", path("in.pt"), path("out.safetensors"), "--json"});  // exists
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["input"], path("in.pt"));
+
+  r = run({"verify", path("in.pt"), path("out.safetensors"), "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["same"], true);
+  save_pt(path("other.pt"), moe_state_dict(kModules, ExpertLayout::PerExpert, /*extras=*/false));
+  r = run({"verify", path("in.pt"), path("other.pt"), "--json"});
+  EXPECT_EQ(r.code, 1);
+  const nlohmann::json v = nlohmann::json::parse(r.out);
+  EXPECT_EQ(v["same"], false);
+  EXPECT_GT(v["differing"].get<int>(), 0);
+}
+
 TEST_F(CliTest, BadUsageExitsTwo) {
   save_pt(path("in.pt"), moe_state_dict(kModules, ExpertLayout::PerExpert));
   // Every usage error in GroupLin's form, naming the help to read.

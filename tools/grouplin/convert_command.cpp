@@ -5,6 +5,7 @@
 // it was, and main() exits 130 or 143).
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -25,6 +26,7 @@ struct ConvertConfig {
   std::string format;
   bool force = false;
   bool quiet = false;
+  bool json = false;
   std::string rules;
   std::string experts;
   std::string max_shard_size;
@@ -67,11 +69,21 @@ void run_convert(const ConvertConfig& c) {
 
   InterruptGuard guard;
   const auto start = std::chrono::steady_clock::now();
-  const ConvertReport r = convert_checkpoint(c.in, c.out, o);
+  ConvertReport r;
+  try {
+    r = convert_checkpoint(c.in, c.out, o);
+  } catch (const Error& e) {
+    if (c.json) std::cout << error_json(e, {{"input", c.in}, {"output", c.out}}) << "\n";
+    throw;
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.finish();
   print_warnings(r.warnings);
+  if (c.json) {
+    std::cout << convert_report_json(r, c.in, c.out) << "\n";
+    return;
+  }
   if (c.quiet) return;
 
   size_t converted = 0;
@@ -163,6 +175,9 @@ void add_convert_command(CLI::App& app) {
                 "replace OUT if it exists (never IN); a directory OUT only when it holds nothing "
                 "but shards, an index and files copied from IN");
   cmd->add_flag("--quiet", c->quiet, "no progress bar, no summary");
+  cmd->add_flag("--json", c->json,
+                "print the report as one JSON document instead of the summary (an error document "
+                "on failure; schema in docs/cli.md)");
   cmd->footer(
       "Every other entry passes through unchanged; safetensors metadata is kept. A directory OUT\n"
       "gets Hugging Face's shard names (model-00001-of-00003.safetensors), an index with exact\n"

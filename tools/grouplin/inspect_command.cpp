@@ -1,5 +1,5 @@
-// grouplin inspect CHECKPOINT [--json]: every tensor, every grouped module, totals; for a
-// directory also its index, shards and other files. The JSON schema is
+// grouplin inspect CHECKPOINT... [--json] [--modules]: every tensor, every grouped module,
+// totals; for a directory also its index, shards and other files. The JSON schema is
 // documented in docs/cli.md; fields are only ever added.
 #include <cstdio>
 #include <iostream>
@@ -16,8 +16,9 @@ namespace grouplin::cli {
 namespace {
 
 struct InspectConfig {
-  std::string file;
+  std::vector<std::string> files;
   bool json = false;
+  bool modules_only = false;
   std::string rules;
   std::string state_dict;
 };
@@ -61,13 +62,13 @@ std::string storage_note(const GroupedModule& m) {
   return note.empty() ? "" : " (" + note + ")";
 }
 
-void print_text(const InspectConfig& c, const CheckpointSummary& s) {
+void print_text(const InspectConfig& c, const std::string& file, const CheckpointSummary& s) {
   if (!s.directory) {
-    std::printf("%s: %s, %s (%llu bytes)\n", escaped(c.file).c_str(),
+    std::printf("%s: %s, %s (%llu bytes)\n", escaped(file).c_str(),
                 std::string(format_name(s.format)).c_str(), format_bytes(s.file_bytes).c_str(),
                 static_cast<unsigned long long>(s.file_bytes));
   } else {
-    std::printf("%s: %s directory, %zu shard(s), %s (%llu bytes)\n", escaped(c.file).c_str(),
+    std::printf("%s: %s directory, %zu shard(s), %s (%llu bytes)\n", escaped(file).c_str(),
                 std::string(format_name(s.format)).c_str(), s.shards.size(),
                 format_bytes(s.file_bytes).c_str(), static_cast<unsigned long long>(s.file_bytes));
     if (!s.snapshot.empty()) {
@@ -106,10 +107,15 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
     names.push_back(escaped(name));
     width = std::max(width, names.back().size());
   }
-  std::printf("tensors:\n  %-*s  %-7s  %-20s  %s\n", static_cast<int>(width), "name", "dtype",
-              "shape", "bytes");
+  if (c.modules_only) {
+    std::printf("tensors: %zu (listed without --modules)\n", s.tensors.size());
+  } else {
+    std::printf("tensors:\n  %-*s  %-7s  %-20s  %s\n", static_cast<int>(width), "name", "dtype",
+                "shape", "bytes");
+  }
   size_t row = 0;
   for (const auto& [name, t] : s.tensors) {
+    if (c.modules_only) break;
     std::printf("  %-*s  %-7s  %-20s  %llu\n", static_cast<int>(width), names[row++].c_str(),
                 std::string(dtype_name(t.dtype())).c_str(), shape_to_string(t.shape()).c_str(),
                 static_cast<unsigned long long>(t.nbytes()));
@@ -161,22 +167,49 @@ void print_text(const InspectConfig& c, const CheckpointSummary& s) {
               static_cast<unsigned long long>(t.experts), format_bytes(t.grouped_bytes).c_str());
 }
 
-void run_inspect(const InspectConfig& c) {
-  const CheckpointSummary s =
-      inspect_checkpoint(c.file, rules_from_option(c.rules), "", c.state_dict);
-  if (c.json) {
-    std::cout << inspect_json(s, c.file) << "\n";
-  } else {
-    print_text(c, s);
-  }
-  if (!s.scan.problems.empty()) {
-    std::cerr << "grouplin: " << quote(c.file) << ": " << s.scan.problems.size()
-              << " problem(s) (inconsistent grouped modules, FP8 scales that fit no block or lack "
-                 "their weight); the "
-                 "first: "
-              << s.scan.problems.front().what() << "\n";
+// One checkpoint: its listing (text, or its document appended to `docs`), its problems said on
+// stderr; a file that cannot be read is said on stderr (and as an error document in `docs`).
+// Each failure sets exit code 2; the other paths are still inspected.
+void inspect_one(const InspectConfig& c, const std::string& file, std::vector<std::string>& docs) {
+  try {
+    const CheckpointSummary s =
+        inspect_checkpoint(file, rules_from_option(c.rules), "", c.state_dict);
+    if (c.json) {
+      docs.push_back(inspect_json(s, file));
+    } else {
+      print_text(c, file, s);
+    }
+    if (!s.scan.problems.empty()) {
+      std::cerr << "grouplin: " << quote(file) << ": " << s.scan.problems.size()
+                << " problem(s) (inconsistent grouped modules, FP8 scales that fit no block or "
+                   "lack their weight); the first: "
+                << s.scan.problems.front().what() << "\n";
+      g_exit_code = 2;
+    }
+  } catch (const Error& e) {
+    if (c.files.size() == 1 && !c.json) throw;  // main() says it, as for every command
+    std::cerr << "grouplin: " << e.what() << "\n";
+    if (c.json) docs.push_back(error_json(e, {{"file", file}}));
     g_exit_code = 2;
   }
+}
+
+void run_inspect(const InspectConfig& c) {
+  std::vector<std::string> docs;
+  for (size_t i = 0; i < c.files.size(); ++i) {
+    if (i > 0 && !c.json) std::printf("\n");  // a blank line between listings
+    std::fflush(stdout);                      // each listing before the next one's errors
+    inspect_one(c, c.files[i], docs);
+  }
+  if (!c.json) return;
+  if (docs.size() == 1) {
+    std::cout << docs[0] << "\n";
+    return;
+  }
+  std::cout << "[\n";  // several paths: an array of their documents, in order
+  for (size_t i = 0; i < docs.size(); ++i)
+    std::cout << docs[i] << (i + 1 < docs.size() ? ",\n" : "\n");
+  std::cout << "]\n";
 }
 
 }  // namespace
@@ -187,11 +220,15 @@ void add_inspect_command(CLI::App& app) {
       "inspect",
       "List every tensor (name, dtype, shape, bytes) and every grouped module of a "
       "checkpoint (safetensors or .pt, detected by content; a file or a sharded directory)");
-  cmd->add_option("CHECKPOINT", config->file,
-                  "checkpoint file, or directory of shards (Hugging Face: with an index, or "
-                  "every *.safetensors)")
+  cmd->add_option("CHECKPOINT", config->files,
+                  "checkpoint files, or directories of shards (Hugging Face: with an index, or "
+                  "every *.safetensors; a cache folder models--org--name), one or more")
       ->required();
-  cmd->add_flag("--json", config->json, "print one JSON document (schema in docs/cli.md)");
+  cmd->add_flag("--json", config->json,
+                "print one JSON document per checkpoint (an array of them for several; an error "
+                "document for one that cannot be read; schema in docs/cli.md)");
+  cmd->add_flag("--modules", config->modules_only,
+                "leave out the list of tensors: grouped modules, warnings and totals only");
   cmd->add_option("--rules", config->rules, kRulesHelp);
   cmd->add_option("--state-dict", config->state_dict, kStateDictHelp);
   cmd->footer(
@@ -200,7 +237,8 @@ void add_inspect_command(CLI::App& app) {
       "model_type picks the rules of fused experts. An index whose total_size is not its\n"
       "tensors' bytes is listed under warnings (TotalSizeMismatch), as transformers ignores it.\n"
       "Exit: 0 read and understood (warnings or not); 2 unreadable, invalid, or an\n"
-      "inconsistent expert set (listed under problems).\n\n"
+      "inconsistent expert set (listed under problems), for any of the checkpoints (the\n"
+      "others are still listed).\n\n"
       "Examples:\n"
       "  grouplin inspect model.safetensors\n"
       "  grouplin inspect ~/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B   # refs/main\n"

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,14 @@
 #include "grouplin/version.hpp"
 
 int grouplin::cli::g_exit_code = 0;
+
+std::string grouplin::cli::error_json(
+    const Error& e, const std::vector<std::pair<std::string, std::string>>& inputs) {
+  nlohmann::ordered_json doc = {{"schema_version", 1}};
+  for (const auto& [key, value] : inputs) doc[key] = value;
+  doc["error"] = {{"code", std::string(error_code_name(e.code()))}, {"message", e.message()}};
+  return doc.dump(2, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+}
 
 std::string grouplin::cli::name_list(const std::vector<std::string>& names, size_t max) {
   std::string out;

@@ -1,6 +1,7 @@
 // grouplin verify A B: exit 0 when A and B hold the same values modulo layout and format, 1 when
 // they differ (the first differences are printed), 2 on an error.
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -17,6 +18,7 @@ struct VerifyConfig {
   size_t max_listed = 10;
   std::string rules;
   std::string state_dict;
+  bool json = false;
 };
 
 std::string describe(CheckpointFormat format, size_t shards,
@@ -38,8 +40,19 @@ void run_verify(const VerifyConfig& c) {
   o.max_listed = c.max_listed;
   o.rules = rules_from_option(c.rules);
   o.state_dict_key = c.state_dict;
-  const CompareReport r = compare_checkpoints(c.a, c.b, o);
+  CompareReport r;
+  try {
+    r = compare_checkpoints(c.a, c.b, o);
+  } catch (const Error& e) {
+    if (c.json) std::cout << error_json(e, {{"a", c.a}, {"b", c.b}}) << "\n";
+    throw;
+  }
   print_warnings(r.warnings);
+  if (c.json) {
+    std::cout << compare_report_json(r, c.a, c.b) << "\n";
+    if (!r.same) g_exit_code = 1;
+    return;
+  }
   std::printf("A: %s: %s\nB: %s: %s\n", escaped(c.a).c_str(),
               describe(r.format_a, r.shards_a, r.modules_a).c_str(), escaped(c.b).c_str(),
               describe(r.format_b, r.shards_b, r.modules_b).c_str());
@@ -70,6 +83,9 @@ void add_verify_command(CLI::App& app) {
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--rules", c->rules, kRulesHelp);
   cmd->add_option("--state-dict", c->state_dict, kStateDictHelp);
+  cmd->add_flag("--json", c->json,
+                "print the result as one JSON document (an error document on failure; schema in "
+                "docs/cli.md); the exit status is the same");
   cmd->footer(
       "Grouped modules are compared expert by expert, so a per-expert file and its single-layout\n"
       "conversion are the same; so are a family's Hub and v5 forms where transformers splits or\n"

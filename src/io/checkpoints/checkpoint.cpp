@@ -42,7 +42,8 @@ constexpr KnownFile kKnownFiles[] = {
     {"\x93NUMPY", "a NumPy .npy array, not a checkpoint of named tensors"},
     {"\x89HDF\r\n\x1a\n", "an HDF5 file (Keras .h5), which GroupLin does not read"},
     {"\x1f\x8b", "a gzip-compressed file; decompress it first"},
-    {"version https://git-lfs", "a Git LFS pointer, not the file's content; fetch it (git lfs pull)"},
+    {"version https://git-lfs",
+     "a Git LFS pointer, not the file's content; fetch it (git lfs pull)"},
 };
 
 }  // namespace

@@ -343,7 +343,9 @@ void check_output(const std::string& in, const std::string& out,
   if (::stat(out.c_str(), &st) != 0) {
     if (errno != ENOENT) throw Error(ErrorCode::IoError, context + ": " + std::strerror(errno));
     // The folder it goes in is named as such, not through the temporary file's name.
-    std::filesystem::path folder = std::filesystem::path(out).parent_path();
+    std::string name = out;  // "out/" is the folder "out" too
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    std::filesystem::path folder = std::filesystem::path(name).parent_path();
     if (folder.empty()) folder = ".";
     struct stat fst;
     if (::stat(folder.c_str(), &fst) != 0 || !S_ISDIR(fst.st_mode)) {
