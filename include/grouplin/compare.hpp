@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct CompareOptions {
   // Of .pt training checkpoints, the dict of tensors to read on both sides
   // (PtReadOptions::state_dict_key); empty: the top level, or its only dict of tensors.
   std::string state_dict_key{};
+  // Called on the calling thread at the start, after every 16 MiB of values compared and at the
+  // end, with the bytes compared so far and A's bytes in all (the total is A's: entries only in A
+  // count without being read). May be empty; may throw to abandon the comparison.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 struct CompareReport {

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +73,41 @@ inline CliRun run_cli(const std::filesystem::path& dir, const std::vector<std::s
   r.err = test_files::read_all(err);
   std::filesystem::remove(out);
   std::filesystem::remove(err);
+  return r;
+}
+
+// Runs the CLI with `args`, its stderr a terminal (a pseudo-terminal whose output is returned in
+// `err`; stdout goes to a file, in `out`): what a user at a terminal sees, progress bars included.
+inline CliRun run_cli_on_terminal(const std::filesystem::path& dir,
+                                  const std::vector<std::string>& args) {
+  const std::string out = (dir / ".stdout").string();
+  int master = -1;
+  pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    std::vector<char*> argv;
+    static std::string cli = GROUPLIN_CLI;
+    argv.push_back(cli.data());
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(cli.c_str(), argv.data());
+    ::_exit(127);
+  }
+  CliRun r;
+  char buf[4096];
+  for (;;) {  // until the child closes the terminal (EIO once it has exited)
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;
+    r.err.append(buf, static_cast<size_t>(n));
+  }
+  ::close(master);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = test_files::read_all(out);
+  std::filesystem::remove(out);
   return r;
 }
 

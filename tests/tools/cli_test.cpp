@@ -393,6 +393,21 @@ TEST_F(CliTest, JsonDocumentsAndSeveralPaths) {
   EXPECT_GT(v["differing"].get<int>(), 0);
 }
 
+// At a terminal: convert's bar says when it is flushing to disk, verify has a bar too.
+TEST_F(CliTest, ProgressBarsAtATerminal) {
+  save_pt(path("in.pt"), moe_state_dict(kModules, ExpertLayout::PerExpert));
+  CliRun r = run_cli_on_terminal(dir_, {"convert", path("in.pt"), path("out.safetensors")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("converting ["), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("100%"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("flushing to disk..."), std::string::npos) << r.err;
+  r = run_cli_on_terminal(dir_, {"verify", path("in.pt"), path("out.safetensors")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("verifying ["), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("100%"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("same: "), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, BadUsageExitsTwo) {
   save_pt(path("in.pt"), moe_state_dict(kModules, ExpertLayout::PerExpert));
   // Every usage error in GroupLin's form, naming the help to read.

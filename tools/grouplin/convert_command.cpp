@@ -52,7 +52,7 @@ void run_convert(const ConvertConfig& c) {
       throw Error(e.code(), "--max-shard-size: " + e.message());
     }
   }
-  ProgressBar bar("converting", c.quiet);
+  ProgressBar bar("converting", c.quiet || c.json, "flushing to disk");
   // The conversion checks for a signal at its progress points: at the start, after every 16 MiB
   // and after the last byte. A signal that comes later (during the final fsync and rename) does
   // not stop it: the output is then complete, and the command succeeds.

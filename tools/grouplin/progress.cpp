@@ -27,8 +27,9 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
-ProgressBar::ProgressBar(std::string label, bool quiet)
+ProgressBar::ProgressBar(std::string label, bool quiet, std::string at_end)
     : label_(std::move(label)),
+      at_end_(std::move(at_end)),
       active_(!quiet && ::isatty(STDERR_FILENO) == 1),
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_ - kRedrawInterval) {}
@@ -54,9 +55,10 @@ void ProgressBar::draw(uint64_t done, uint64_t total) {
   if (rate > 0 && done < total) {
     std::snprintf(eta, sizeof eta, "  %.0f s left", static_cast<double>(total - done) / rate);
   }
-  std::fprintf(stderr, "\r%s [%s] %3.0f%%  %s / %s  %s/s%s\033[K", label_.c_str(), bar.c_str(),
+  const std::string ending = done == total && !at_end_.empty() ? "  " + at_end_ + "..." : "";
+  std::fprintf(stderr, "\r%s [%s] %3.0f%%  %s / %s  %s/s%s%s\033[K", label_.c_str(), bar.c_str(),
                fraction * 100, format_bytes(done).c_str(), format_bytes(total).c_str(),
-               format_bytes(static_cast<uint64_t>(rate)).c_str(), eta);
+               format_bytes(static_cast<uint64_t>(rate)).c_str(), eta, ending.c_str());
   std::fflush(stderr);
   drawn_ = true;
 }

@@ -40,6 +40,8 @@ void run_verify(const VerifyConfig& c) {
   o.max_listed = c.max_listed;
   o.rules = rules_from_option(c.rules);
   o.state_dict_key = c.state_dict;
+  ProgressBar bar("verifying", c.json);
+  o.progress = [&bar](uint64_t done, uint64_t total) { bar.update(done, total); };
   CompareReport r;
   try {
     r = compare_checkpoints(c.a, c.b, o);
@@ -47,6 +49,7 @@ void run_verify(const VerifyConfig& c) {
     if (c.json) std::cout << error_json(e, {{"a", c.a}, {"b", c.b}}) << "\n";
     throw;
   }
+  bar.finish();
   print_warnings(r.warnings);
   if (c.json) {
     std::cout << compare_report_json(r, c.a, c.b) << "\n";

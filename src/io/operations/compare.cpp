@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -195,8 +196,10 @@ class JoinedReader {
 
 // Compares the bytes A's and B's readers give, of one dtype and `shape` all told; returns "" when
 // equal, else the description of the difference.
+// `read(bytes)` is told of each piece read, for progress.
 std::string compare_values(JoinedReader& ra, JoinedReader& rb, DType dtype, const Shape& shape,
-                           std::vector<std::byte>& buf_a, std::vector<std::byte>& buf_b) {
+                           std::vector<std::byte>& buf_a, std::vector<std::byte>& buf_b,
+                           const std::function<void(uint64_t)>& read) {
   const size_t esize = dtype_size(dtype);
   const uint64_t n = shape_numel(shape) * esize;
   uint64_t differing = 0;
@@ -206,6 +209,7 @@ std::string compare_values(JoinedReader& ra, JoinedReader& rb, DType dtype, cons
     const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, n - at));
     ra.read(std::span(buf_a.data(), len));
     rb.read(std::span(buf_b.data(), len));
+    read(len);
     if (std::memcmp(buf_a.data(), buf_b.data(), len) == 0) continue;
     for (size_t e = 0; e < len; e += esize) {
       if (std::memcmp(buf_a.data() + e, buf_b.data() + e, esize) == 0) continue;
@@ -351,6 +355,17 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
   std::unordered_set<std::string> joined_a, joined_b;
   const std::vector<Join> joins = find_joins(a, b, joins_of(options, a, b), joined_a, joined_b);
 
+  // Progress: bytes of values compared, of all of A's (at most every 16 MiB, and at the end).
+  uint64_t total = 0, done = 0, told = 0;
+  for (const PlannedTensor& ta : a.plan.tensors) total += ta.nbytes();
+  const std::function<void(uint64_t)> read = [&](uint64_t bytes) {
+    done = std::min(total, done + bytes);
+    if (options.progress && done - told >= (uint64_t{16} << 20)) {
+      told = done;
+      options.progress(done, total);
+    }
+  };
+  if (options.progress) options.progress(0, total);
   std::vector<std::byte> buf_a(kChunk), buf_b(kChunk);
   for (const PlannedTensor& ta : a.plan.tensors) {
     if (joined_a.count(ta.name) != 0) continue;
@@ -373,7 +388,7 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
     }
     const std::vector<const PlannedTensor*> pa = {&ta}, pb = {&tb};
     JoinedReader ra(*a.src, pa), rb(*b.src, pb);
-    std::string what = compare_values(ra, rb, ta.dtype, ta.shape, buf_a, buf_b);
+    std::string what = compare_values(ra, rb, ta.dtype, ta.shape, buf_a, buf_b, read);
     r.bytes_compared += ta.nbytes();
     if (!what.empty()) differ(quote(ta.name), what);
   }
@@ -389,12 +404,14 @@ CompareReport compare_checkpoints(const std::string& a_path, const std::string& 
       const std::vector<const PlannedTensor*> whole = {j.whole};
       JoinedReader rw(*(j.whole_in_a ? a : b).src, whole);
       JoinedReader rp(*(j.whole_in_a ? b : a).src, j.parts, j.transposed);
-      what = j.whole_in_a ? compare_values(rw, rp, j.whole->dtype, j.whole->shape, buf_a, buf_b)
-                          : compare_values(rp, rw, j.whole->dtype, j.whole->shape, buf_a, buf_b);
+      what = j.whole_in_a
+                 ? compare_values(rw, rp, j.whole->dtype, j.whole->shape, buf_a, buf_b, read)
+                 : compare_values(rp, rw, j.whole->dtype, j.whole->shape, buf_a, buf_b, read);
       r.bytes_compared += j.whole->nbytes();
     }
     if (!what.empty()) differ(label, what);
   }
+  if (options.progress) options.progress(total, total);
   for (const PlannedTensor& tb : b.plan.tensors) {
     if (a.index.count(tb.name) == 0 && joined_b.count(tb.name) == 0)
       differ(quote(tb.name), "only in B");

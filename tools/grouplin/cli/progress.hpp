@@ -19,7 +19,9 @@ std::string format_bytes(uint64_t bytes);
 
 class ProgressBar {
  public:
-  ProgressBar(std::string label, bool quiet);
+  // `at_end`: what the command still does once every byte is done, shown then (convert:
+  // "flushing to disk", the fsync that can take seconds on a large file).
+  ProgressBar(std::string label, bool quiet, std::string at_end = "");
   ~ProgressBar();
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
@@ -32,6 +34,7 @@ class ProgressBar {
   void draw(uint64_t done, uint64_t total);
 
   std::string label_;
+  std::string at_end_;
   bool active_;
   bool drawn_ = false;
   std::chrono::steady_clock::time_point start_;
