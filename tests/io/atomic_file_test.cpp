@@ -19,7 +19,9 @@
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/safetensors.hpp"
+#include "io/checkpoints/atomic_directory.hpp"
 #include "io/checkpoints/commit_calls.hpp"
+#include "io/checkpoints/free_space.hpp"
 
 namespace grouplin {
 namespace {
@@ -80,6 +82,70 @@ TEST_F(AtomicFileTest, TemporaryIsBesideTheTargetWithPidAndRandomSuffix) {
   EXPECT_NE(a->temp_path(), b->temp_path());
   EXPECT_TRUE(fs::exists(a->temp_path()));
   EXPECT_TRUE(fs::exists(b->temp_path()));
+}
+
+// A pid that ran and has exited: a child reaped at once.
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+// A writer killed outright (SIGKILL) leaves its temporary; the next writer of the same output
+// removes it, and leaves alone one whose writer still runs, links and other outputs' temporaries.
+TEST_F(AtomicFileTest, LeftoversOfAKilledWriterAreRemovedByTheNext) {
+  const std::string dead = std::to_string(dead_pid()), alive = std::to_string(::getppid());
+  const std::vector<std::string> stale = {path_ + ".tmp." + dead + ".0123456789abcdef"};
+  const std::vector<std::string> kept = {path_ + ".tmp." + alive + ".0123456789abcdef",
+                                         (dir_ / "other.bin.tmp.").string() + dead + ".0abc",
+                                         path_ + ".tmp." + dead + ".not-ours",
+                                         path_ + ".tmp.x" + dead + ".abc"};
+  for (const std::string& f : stale) std::ofstream(f) << "partial";
+  for (const std::string& f : kept) std::ofstream(f) << "partial";
+  const std::string link = path_ + ".tmp." + dead + ".link";
+  fs::create_symlink(kept[1], link);
+  auto file = AtomicFile::create(path_);
+  for (const std::string& f : stale) EXPECT_FALSE(fs::exists(f)) << f;
+  for (const std::string& f : kept) EXPECT_TRUE(fs::exists(f)) << f;
+  EXPECT_TRUE(fs::is_symlink(link));
+  file->write(as_bytes(std::string("new")));
+  file->commit();
+  EXPECT_EQ(read_file(path_), "new");
+
+  // A directory output's hidden temporary, the same way.
+  const fs::path out_dir = dir_ / "shards";
+  const fs::path stale_dir = dir_ / (".shards.tmp." + dead + ".12345");
+  const fs::path live_dir = dir_ / (".shards.tmp." + alive + ".12345");
+  fs::create_directories(stale_dir / "sub");
+  fs::create_directories(live_dir);
+  std::ofstream(stale_dir / "sub" / "model.safetensors") << "partial";
+  auto d = detail::AtomicDirectory::create(out_dir.string());
+  EXPECT_FALSE(fs::exists(stale_dir));
+  EXPECT_TRUE(fs::exists(live_dir));
+}
+
+// A write that cannot fit is refused before its first byte, naming the folder and both numbers.
+TEST_F(AtomicFileTest, AWriteThatCannotFitIsRefusedWithBothNumbers) {
+  EXPECT_EQ(detail::folder_holding("a/b/out.pt"), "a/b");
+  EXPECT_EQ(detail::folder_holding("out/"), ".");
+  EXPECT_EQ(detail::folder_holding("/out"), "/");
+  EXPECT_EQ(detail::folder_holding("out.pt"), ".");
+  EXPECT_NO_THROW(detail::require_free_space(path_, 1, "saving"));
+  const uint64_t exabyte = uint64_t{1} << 60;
+  try {
+    detail::require_free_space(path_, exabyte, "converting \"in\"");
+    FAIL() << "an exabyte fits";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::IoError);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("converting \"in\": the output needs at least " + std::to_string(exabyte) +
+                     " bytes, but the file system of \"" + dir_.string() + "\" has "),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find(" bytes free; nothing was written"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(temporaries().empty());
 }
 
 TEST_F(AtomicFileTest, NoCommitRemovesTheTemporaryAndKeepsTheOldFile) {

@@ -15,6 +15,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "io/checkpoints/commit_calls.hpp"
+#include "io/checkpoints/stale_temporaries.hpp"
 
 namespace grouplin::detail {
 namespace {
@@ -57,6 +58,7 @@ std::unique_ptr<AtomicDirectory> AtomicDirectory::create(const std::string& path
   // Appended piece by piece: GCC 12 warns falsely (-Wrestrict, its bug 105329) on "." + string.
   std::string stem = ".";
   stem += target.filename().string();
+  remove_stale_temporaries(parent, stem, TempKind::Directory);
   stem += ".tmp." + std::to_string(::getpid()) + ".";
   std::random_device rd;
   for (int attempt = 0; attempt < 16; ++attempt) {

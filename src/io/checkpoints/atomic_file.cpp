@@ -12,6 +12,7 @@
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
 #include "io/checkpoints/commit_calls.hpp"
+#include "io/checkpoints/stale_temporaries.hpp"
 
 namespace grouplin {
 namespace {
@@ -73,6 +74,10 @@ std::unique_ptr<AtomicFile> create_atomic_file(const std::string& path, CommitCa
   struct stat old;
   bool replacing = ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode);
 
+  const size_t slash = path.find_last_of('/');
+  remove_stale_temporaries(parent_folder(path),
+                           slash == std::string::npos ? path : path.substr(slash + 1),
+                           TempKind::File);
   std::string prefix = path + ".tmp." + std::to_string(::getpid()) + ".";
   for (int attempt = 0; attempt < kTempNameAttempts; ++attempt) {
     std::string temp = prefix + random_suffix();

@@ -21,6 +21,7 @@
 #include "io/checkpoints/atomic_directory.hpp"
 #include "io/checkpoints/checkpoint_dir.hpp"
 #include "io/checkpoints/checkpoint_source.hpp"
+#include "io/checkpoints/free_space.hpp"
 #include "io/checkpoints/commit_calls.hpp"
 #include "io/formats/pt_writer.hpp"
 #include "io/formats/safetensors_header.hpp"
@@ -343,14 +344,11 @@ void check_output(const std::string& in, const std::string& out,
   if (::stat(out.c_str(), &st) != 0) {
     if (errno != ENOENT) throw Error(ErrorCode::IoError, context + ": " + std::strerror(errno));
     // The folder it goes in is named as such, not through the temporary file's name.
-    std::string name = out;  // "out/" is the folder "out" too
-    while (name.size() > 1 && name.back() == '/') name.pop_back();
-    std::filesystem::path folder = std::filesystem::path(name).parent_path();
-    if (folder.empty()) folder = ".";
+    const std::string folder = detail::folder_holding(out);
     struct stat fst;
     if (::stat(folder.c_str(), &fst) != 0 || !S_ISDIR(fst.st_mode)) {
       throw Error(ErrorCode::IoError,
-                  context + ": its folder " + quote(folder.string()) +
+                  context + ": its folder " + quote(folder) +
                       (::stat(folder.c_str(), &fst) != 0 ? " does not exist" : " is not a folder") +
                       "; create it first (GroupLin creates the output, not the folders above it)");
     }
@@ -576,6 +574,8 @@ ConvertReport convert_checkpoint(const std::string& in, const std::string& out,
              rules + "); a safetensors output declares them"});
   }
   for (const PlannedTensor& t : plan.tensors) report.data_bytes += t.nbytes();
+  // The tensor bytes at least (an old OUT is replaced only once the new one is complete).
+  detail::require_free_space(out, report.data_bytes, context);
 
   Progress progress(options, report.data_bytes);
   if (directory_out) {
