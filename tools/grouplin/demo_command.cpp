@@ -188,7 +188,10 @@ void add_demo_command(CLI::App& app) {
   auto config = std::make_shared<DemoConfig>();
   CLI::App* cmd = app.add_subcommand(
       "demo", "Train a small MoE layer, move its weights to another layout, check the outputs");
-  cmd->add_option("--experts", config->experts, "number of experts")->check(CLI::Range(3, 4096));
+  // --num-experts, not --experts: convert's --experts B:E takes a range of a checkpoint's experts.
+  cmd->add_option("--num-experts", config->experts,
+                  "how many experts the demo layer has, 3..4096 (default 8)")
+      ->check(CLI::Range(3, 4096));
   cmd->add_option("--steps", config->steps, "SGD steps")->check(CLI::Range(1, 10000));
   cmd->add_option("--seed", config->seed, "seed for weights and data");
   cmd->add_option("--out-dir", config->out_dir,
@@ -201,7 +204,7 @@ void add_demo_command(CLI::App& app) {
       "held; 2 when one did not (the message says which) or on bad usage.\n\n"
       "Examples:\n"
       "  grouplin demo\n"
-      "  grouplin demo --experts 64 --steps 20 --seed 7\n"
+      "  grouplin demo --num-experts 64 --steps 20 --seed 7\n"
       "  grouplin demo --out-dir /tmp/demo   # keep its checkpoints to inspect them");
   cmd->callback([config] { run_demo(*config); });
 }

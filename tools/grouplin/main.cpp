@@ -48,7 +48,7 @@ void tidy_help(CLI::App& app) {
       {"--experts", "B:E"},    {"--max-shard-size", "SIZE"},
       {"--max-listed", "N"},   {"--out-dir", "DIR"},
       {"--plot-data", "FILE"}, {"--threads", "N"},
-      {"--steps", "N"},        {"--seed", "N"},
+      {"--steps", "N"},        {"--seed", "N"},  {"--num-experts", "N"},
       {"--reps", "N"},         {"--rows", "T"},
       {"--fp8-rows", "N"},     {"--shapes", "NAME"},
       {"--routing", "NAME"},   {"--ops", "NAME"},
