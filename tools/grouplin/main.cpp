@@ -48,11 +48,11 @@ void tidy_help(CLI::App& app) {
       {"--experts", "B:E"},    {"--max-shard-size", "SIZE"},
       {"--max-listed", "N"},   {"--out-dir", "DIR"},
       {"--plot-data", "FILE"}, {"--threads", "N"},
-      {"--steps", "N"},        {"--seed", "N"},  {"--num-experts", "N"},
-      {"--reps", "N"},         {"--rows", "T"},
-      {"--fp8-rows", "N"},     {"--shapes", "NAME"},
-      {"--routing", "NAME"},   {"--ops", "NAME"},
-      {"--dtype", "DTYPE"}};
+      {"--steps", "N"},        {"--seed", "N"},
+      {"--num-experts", "N"},  {"--reps", "N"},
+      {"--rows", "T"},         {"--fp8-rows", "N"},
+      {"--shapes", "NAME"},    {"--routing", "NAME"},
+      {"--ops", "NAME"},       {"--dtype", "DTYPE"}};
   for (CLI::App* sub : app.get_subcommands({})) tidy_help(*sub);
   for (CLI::Option* opt : app.get_options()) {
     const std::string type = opt->get_type_name();
