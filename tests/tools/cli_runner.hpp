@@ -40,6 +40,17 @@ struct CliRun {
   long max_rss_kib = 0;  // peak resident set of the child (getrusage)
 };
 
+// In a forked child: becomes the CLI with `args` (exit 127 if it cannot).
+[[noreturn]] inline void exec_cli(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  static std::string cli = GROUPLIN_CLI;
+  argv.push_back(cli.data());
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(cli.c_str(), argv.data());
+  ::_exit(127);
+}
+
 // Runs the CLI with `args`; stdout and stderr go to files in `dir` (not a terminal: no progress
 // bar). A child killed by a signal fails the calling test. ru_maxrss carries over fork and exec,
 // so the calling process must itself stay small for max_rss_kib to mean the CLI's own peak.
@@ -54,13 +65,7 @@ inline CliRun run_cli(const std::filesystem::path& dir, const std::vector<std::s
     ::dup2(o, 1);
     ::dup2(e, 2);
     for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    std::vector<char*> argv;
-    static std::string cli = GROUPLIN_CLI;
-    argv.push_back(cli.data());
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(cli.c_str(), argv.data());
-    ::_exit(127);
+    exec_cli(args);
   }
   CliRun r;
   int status = 0;
@@ -86,13 +91,7 @@ inline CliRun run_cli_on_terminal(const std::filesystem::path& dir,
   if (pid == 0) {
     int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(o, 1);
-    std::vector<char*> argv;
-    static std::string cli = GROUPLIN_CLI;
-    argv.push_back(cli.data());
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(cli.c_str(), argv.data());
-    ::_exit(127);
+    exec_cli(args);
   }
   CliRun r;
   char buf[4096];
