@@ -15,6 +15,7 @@
 #include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
 #include "grouplin/file.hpp"
+#include "grouplin/grouped_gemm.hpp"
 #include "grouplin/grouped_linear.hpp"
 #include "grouplin/grouped_tensor.hpp"
 #include "grouplin/inspect.hpp"

@@ -8,6 +8,7 @@
 #include "core/fp8.hpp"
 #include "grouplin/error.hpp"
 #include "kernels/grouped_gemm.hpp"
+#include "nn/grouped_args.hpp"
 #include "nn/init.hpp"
 #include "nn/packed_weight_cache.hpp"
 
@@ -235,42 +236,12 @@ Tensor GroupedLinear::expert_main_grad(int64_t i) const {
 }
 
 void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t> m_splits) const {
-  const int64_t n = num_gemms();
-  if (static_cast<int64_t>(m_splits.size()) != n) {
-    throw Error(ErrorCode::SplitCountMismatch,
-                "GroupedLinear.forward: m_splits has " + std::to_string(m_splits.size()) +
-                    " entries, expected num_gemms = " + std::to_string(n));
+  const char* op = "GroupedLinear.forward";
+  if (static_cast<int64_t>(m_splits.size()) != num_gemms()) {  // first: the layer's own count
+    detail::check_splits(op, m_splits, num_gemms(), 0);
   }
-  if (!x.defined())
-    throw Error(ErrorCode::UndefinedTensor, "GroupedLinear.forward: x is undefined");
-  if (x.rank() != 2 || x.dim(1) != options_.in_features) {
-    throw Error(ErrorCode::ShapeMismatch, "GroupedLinear.forward: x has shape " +
-                                              shape_to_string(x.shape()) + ", expected [T, " +
-                                              std::to_string(options_.in_features) + "]");
-  }
-  if (x.dtype() != activations_) {
-    throw Error(ErrorCode::DTypeMismatch, "GroupedLinear.forward: x is " +
-                                              std::string(dtype_name(x.dtype())) + ", expected " +
-                                              std::string(dtype_name(activations_)));
-  }
-  // Every entry is checked for sign before any is summed, so a negative entry is reported as
-  // such even after one that already overshoots T.
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t m = m_splits[static_cast<size_t>(i)];
-    if (m < 0) {
-      throw Error(ErrorCode::NegativeSplit, "GroupedLinear.forward: m_splits[" + std::to_string(i) +
-                                                "] is " + std::to_string(m) + ", expected >= 0");
-    }
-  }
-  int64_t sum = 0;
-  bool overflow = false;
-  for (int64_t m : m_splits) overflow |= __builtin_add_overflow(sum, m, &sum);
-  if (overflow || sum != x.dim(0)) {
-    throw Error(ErrorCode::SplitSumMismatch,
-                "GroupedLinear.forward: m_splits sum to " +
-                    (overflow ? std::string("more than 2^63") : std::to_string(sum)) +
-                    ", expected T = " + std::to_string(x.dim(0)) + " (rows of x)");
-  }
+  detail::check_rows(op, "x", x, -1, options_.in_features, activations_);
+  detail::check_splits(op, m_splits, num_gemms(), x.dim(0));
 }
 
 namespace {
