@@ -5,6 +5,7 @@
     layer = grouplin.torch.GroupedLinear(num_gemms=8, in_features=512, out_features=1024)
     y = layer(x, m_splits)                               # trains inside a torch model
     y.sum().backward()
+    y = grouplin.torch.grouped_linear(x, m_splits, weight, bias)  # weight [N, out, in]: stateless
 
 Tensors cross by DLPack in both directions without a copy.
 """
@@ -20,7 +21,7 @@ from . import _core
 from . import Checkpoint, _checkpoint, _path, _rules, PathLike, Rules
 from ._dtypes import to_raw, to_raw_lists, torch_view
 
-__all__ = ["GroupedLinear", "load"]
+__all__ = ["GroupedLinear", "grouped_linear", "load"]
 
 
 def load(path: PathLike) -> Checkpoint:
@@ -36,26 +37,57 @@ def load(path: PathLike) -> Checkpoint:
     return _checkpoint(_core.load(_path(path), "torch"), torch_view)
 
 
+def _raw_or_none(t: Optional[_torch.Tensor], what: str) -> Any:
+    return (None, None) if t is None else to_raw(t, what)
+
+
 class _GroupedLinearFunction(_torch.autograd.Function):
-    """The layer's forward and backward for autograd. The C++ layer keeps the input of its last
-    forward; a backward of an older forward (the module used twice before backward) first runs
-    that forward again, so that every gradient is of its own forward."""
+    """y = x_i · W_iᵀ + b_i for autograd, stateless: each forward's own inputs are saved, so any
+    number of forwards may come before their backwards."""
 
     @staticmethod
-    def forward(ctx: Any, module: "GroupedLinear", m_splits: List[int], x: _torch.Tensor,
-                *params: _torch.Tensor) -> _torch.Tensor:
-        y, token = module._run_forward(x, m_splits)
-        ctx.module = module
+    def forward(ctx: Any, x: _torch.Tensor, m_splits: List[int], weight: _torch.Tensor,
+                bias: Optional[_torch.Tensor], scales: Optional[_torch.Tensor]) -> _torch.Tensor:
+        x_raw, x_kind = to_raw(x, "x")
+        w_raw, w_kind = to_raw(weight, "weight")
+        b_raw, b_kind = _raw_or_none(bias, "bias")
+        s_raw, _ = _raw_or_none(scales, "weight_scale_inv")
+        y = _core.grouped_linear_forward(x_raw, x_kind, m_splits, w_raw, w_kind, s_raw, b_raw,
+                                         b_kind, "torch")
         ctx.m_splits = m_splits
-        ctx.token = token
-        ctx.save_for_backward(x)
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, weight, bias, scales)
         return y
 
     @staticmethod
     def backward(ctx: Any, dy: _torch.Tensor) -> Any:
-        (x,) = ctx.saved_tensors
-        dx, grads = ctx.module._run_backward(x, ctx.m_splits, ctx.token, dy)
-        return (None, None, dx, *grads)
+        x, weight, bias, scales = ctx.saved_tensors
+        want_dx, _, want_dw, want_db, _ = ctx.needs_input_grad
+        x_raw, x_kind = to_raw(x, "x")
+        dy_raw, _ = to_raw(dy.to(x.dtype), "dy")
+        w_raw, w_kind = to_raw(weight, "weight")
+        b_raw, b_kind = _raw_or_none(bias, "bias")
+        s_raw, _ = _raw_or_none(scales, "weight_scale_inv")
+        dx, dw, db = _core.grouped_linear_backward(
+            x_raw, x_kind, dy_raw, ctx.m_splits, w_raw, w_kind, s_raw, b_raw, b_kind,
+            bool(want_dx), bool(want_dw), bool(want_db and ctx.has_bias), "torch")
+        return dx, None, dw, db, None
+
+
+def _splits(m_splits: Any) -> List[int]:
+    return [int(m) for m in (m_splits.tolist() if hasattr(m_splits, "tolist") else m_splits)]
+
+
+def grouped_linear(x: _torch.Tensor, m_splits: Any, weight: _torch.Tensor,
+                   bias: Optional[_torch.Tensor] = None,
+                   weight_scale_inv: Optional[_torch.Tensor] = None) -> _torch.Tensor:
+    """y [T, out] for x [T, in] split by ``m_splits`` (ints, or a tensor of them): rows of
+    expert i times ``weight[i]ᵀ`` (``weight`` [N, out, in], F32 or BF16 as x; or float8_e4m3fn
+    codes with ``weight_scale_inv`` [N, ceil(out/128), ceil(in/128)], beside F32 or BF16 x), plus
+    ``bias[i]`` ([N, out]). Stateless and differentiable in x, weight and bias (FP8 weights have
+    no gradient): GroupLin's grouped GEMM, the bits of ``GroupedLinear``. Nothing is copied
+    unless an input is not contiguous."""
+    return _GroupedLinearFunction.apply(x, _splits(m_splits), weight, bias, weight_scale_inv)
 
 
 class GroupedLinear(_torch.nn.Module):

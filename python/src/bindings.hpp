@@ -24,6 +24,7 @@ namespace grouplin::python {
 void bind_errors(nb::module_& m);
 void bind_files(nb::module_& m);
 void bind_layer(nb::module_& m);
+void bind_gemm(nb::module_& m);
 
 // Rule sets by name (builtin_rule_names) or from a JSON file; empty: detected.
 std::vector<LayoutRules> rules_from_names(const std::vector<std::string>& names);
