@@ -15,12 +15,8 @@ numpy=$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')
 "$py" -m pip install -q --disable-pip-version-check "safetensors==0.6.2" "ml_dtypes==0.5.1" \
   "numpy==$numpy"
 
-start=$(date +%s)
-"$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$d/wheels" . \
-  --config-settings=cmake.define.CMAKE_DISABLE_FIND_PACKAGE_OpenBLAS=ON \
-  --config-settings=build-dir="$d/build"
-echo "test-python: wheel built in $(($(date +%s) - start)) s: $(cd "$d/wheels" && ls)"
-"$py" -m pip install -q --disable-pip-version-check --no-deps "$d"/wheels/grouplin-*.whl
+wheel=$(bash scripts/wheel.sh | tail -1)
+"$py" -m pip install -q --disable-pip-version-check --no-deps "$wheel"
 
 # From outside the checkout, so that `import grouplin` is the installed package.
 cd "$d"
