@@ -13,7 +13,7 @@ Tensors cross by DLPack in both directions without a copy.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch as _torch
 
@@ -37,8 +37,39 @@ def load(path: PathLike) -> Checkpoint:
     return _checkpoint(_core.load(_path(path), "torch"), torch_view)
 
 
-def _raw_or_none(t: Optional[_torch.Tensor], what: str) -> Any:
-    return (None, None) if t is None else to_raw(t, what)
+def _raw_list(tensors: Any, what: str) -> Tuple[List[Any], Optional[str]]:
+    """Tensors (None: none) as raw arrays for the extension, and their GroupLin dtype."""
+    arrays, kind = [], None
+    for t in tensors:
+        if t is not None:
+            array, kind = to_raw(t, what)
+            arrays.append(array)
+    return arrays, kind
+
+
+def _grouped_forward(x: _torch.Tensor, m_splits: List[int], weights: Any, biases: Any,
+                     scales: Any) -> _torch.Tensor:
+    x_raw, x_kind = to_raw(x, "x")
+    w_raw, w_kind = _raw_list(weights, "weight")
+    b_raw, b_kind = _raw_list(biases, "bias")
+    s_raw, _ = _raw_list(scales, "weight_scale_inv")
+    return _core.grouped_linear_forward(x_raw, x_kind, m_splits, w_raw, w_kind, s_raw, b_raw,
+                                        b_kind, "torch")
+
+
+def _grouped_backward(x: _torch.Tensor, dy: _torch.Tensor, m_splits: List[int], weights: Any,
+                      biases: Any, scales: Any, dx: bool, dw: bool, db: bool,
+                      weight_dtype: Optional[str] = None) -> Any:
+    """(dx, dw [N, out, in], db [N, out]) of _grouped_forward; None for what is not asked.
+    `weight_dtype` names the weights' GroupLin dtype where torch cannot (FP8 codes as uint8)."""
+    x_raw, x_kind = to_raw(x, "x")
+    dy_raw, _ = to_raw(dy.to(x.dtype), "dy")
+    w_raw, w_kind = _raw_list(weights, "weight")
+    w_kind = weight_dtype or w_kind
+    b_raw, b_kind = _raw_list(biases, "bias")
+    s_raw, _ = _raw_list(scales, "weight_scale_inv")
+    return _core.grouped_linear_backward(x_raw, x_kind, dy_raw, m_splits, w_raw, w_kind, s_raw,
+                                         b_raw, b_kind, dx, dw, db, "torch")
 
 
 class _GroupedLinearFunction(_torch.autograd.Function):
@@ -48,29 +79,17 @@ class _GroupedLinearFunction(_torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: _torch.Tensor, m_splits: List[int], weight: _torch.Tensor,
                 bias: Optional[_torch.Tensor], scales: Optional[_torch.Tensor]) -> _torch.Tensor:
-        x_raw, x_kind = to_raw(x, "x")
-        w_raw, w_kind = to_raw(weight, "weight")
-        b_raw, b_kind = _raw_or_none(bias, "bias")
-        s_raw, _ = _raw_or_none(scales, "weight_scale_inv")
-        y = _core.grouped_linear_forward(x_raw, x_kind, m_splits, w_raw, w_kind, s_raw, b_raw,
-                                         b_kind, "torch")
         ctx.m_splits = m_splits
-        ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight, bias, scales)
-        return y
+        return _grouped_forward(x, m_splits, [weight], [bias], [scales])
 
     @staticmethod
     def backward(ctx: Any, dy: _torch.Tensor) -> Any:
         x, weight, bias, scales = ctx.saved_tensors
         want_dx, _, want_dw, want_db, _ = ctx.needs_input_grad
-        x_raw, x_kind = to_raw(x, "x")
-        dy_raw, _ = to_raw(dy.to(x.dtype), "dy")
-        w_raw, w_kind = to_raw(weight, "weight")
-        b_raw, b_kind = _raw_or_none(bias, "bias")
-        s_raw, _ = _raw_or_none(scales, "weight_scale_inv")
-        dx, dw, db = _core.grouped_linear_backward(
-            x_raw, x_kind, dy_raw, ctx.m_splits, w_raw, w_kind, s_raw, b_raw, b_kind,
-            bool(want_dx), bool(want_dw), bool(want_db and ctx.has_bias), "torch")
+        dx, dw, db = _grouped_backward(x, dy, ctx.m_splits, [weight], [bias], [scales],
+                                       bool(want_dx), bool(want_dw),
+                                       bool(want_db and bias is not None))
         return dx, None, dw, db, None
 
 
@@ -88,6 +107,26 @@ def grouped_linear(x: _torch.Tensor, m_splits: Any, weight: _torch.Tensor,
     no gradient): GroupLin's grouped GEMM, the bits of ``GroupedLinear``. Nothing is copied
     unless an input is not contiguous."""
     return _GroupedLinearFunction.apply(x, _splits(m_splits), weight, bias, weight_scale_inv)
+
+
+class _LayerFunction(_torch.autograd.Function):
+    """GroupedLinear's forward (the C++ layer's, packed weights and all) and backward (the
+    stateless one, from this forward's own input): any number of forwards may come before their
+    backwards, and none is run again."""
+
+    @staticmethod
+    def forward(ctx: Any, module: "GroupedLinear", m_splits: List[int], x: _torch.Tensor,
+                *params: _torch.Tensor) -> _torch.Tensor:
+        ctx.module = module
+        ctx.m_splits = m_splits
+        ctx.save_for_backward(x)
+        return module._run_forward(x, m_splits)
+
+    @staticmethod
+    def backward(ctx: Any, dy: _torch.Tensor) -> Any:
+        (x,) = ctx.saved_tensors
+        return (None, None, *ctx.module._run_backward(x, ctx.m_splits, dy,
+                                                      ctx.needs_input_grad[2]))
 
 
 class GroupedLinear(_torch.nn.Module):
@@ -163,30 +202,44 @@ class GroupedLinear(_torch.nn.Module):
             self._core.mark_weights_written()
             self._packed_versions = versions
 
-    def _run_forward(self, x: _torch.Tensor, m_splits: List[int]) -> Any:
+    def _run_forward(self, x: _torch.Tensor, m_splits: List[int]) -> _torch.Tensor:
         array, kind = to_raw(x, "x")
         with self._lock:
             self._note_weight_writes()
-            y = self._core.forward(array, kind, m_splits, "torch")
-            return y, self._core.forwards
+            return self._core.forward(array, kind, m_splits, "torch")
 
-    def _run_backward(self, x: _torch.Tensor, m_splits: List[int], token: int,
-                      dy: _torch.Tensor) -> Any:
-        array, kind = to_raw(dy, "dy")
-        with self._lock:
-            if self._core.forwards != token:  # another forward came since: redo this one
-                self._note_weight_writes()
-                x_array, x_kind = to_raw(x, "x")
-                self._core.forward(x_array, x_kind, m_splits, "torch")
-            dx = self._core.backward(array, kind, "torch")
-            grads = []
-            for name, value, grad in self._core.parameters("torch"):
-                param = self._parameters.get(name)
-                if param is None or not param.requires_grad or grad is None:
-                    grads.append(None)
-                else:  # the C++ buffer is rewritten by the next backward: autograd gets a copy
-                    grads.append(grad.clone())
-            return dx, grads
+    def _experts(self) -> Tuple[List[_torch.Tensor], List[_torch.Tensor], List[_torch.Tensor]]:
+        """The layer's weights, biases and FP8 scales as torch tensors (stacked or per expert)."""
+        n = self.num_gemms
+        def listed(stacked: str, each: str) -> List[_torch.Tensor]:
+            if hasattr(self, stacked):
+                return [getattr(self, stacked)]
+            return [getattr(self, each.format(i)) for i in range(n) if hasattr(self, each.format(i))]
+        return (listed("weight", "weight{}"), listed("bias", "bias{}"),
+                listed("weight_scale_inv", "weight{}_scale_inv"))
+
+    def _run_backward(self, x: _torch.Tensor, m_splits: List[int], dy: _torch.Tensor,
+                      want_dx: bool) -> List[Optional[_torch.Tensor]]:
+        """dx, then one gradient per parameter (None where none is needed)."""
+        weights, biases, scales = self._experts()
+        names = [name for name, _, _ in self._core.parameters("torch")]
+        wanted = {name: self._parameters.get(name) is not None and
+                  self._parameters[name].requires_grad for name in names}
+        want_dw = any(v for k, v in wanted.items() if k.startswith("weight"))
+        want_db = any(v for k, v in wanted.items() if k.startswith("bias"))
+        fp8 = self._core.params_dtype == "F8_E4M3"
+        dx, dw, db = _grouped_backward(x, dy, m_splits, weights, biases, scales, want_dx,
+                                       want_dw, want_db, "F8_E4M3" if fp8 else None)
+        grads: List[Optional[_torch.Tensor]] = [dx]
+        for name in names:
+            whole = dw if name.startswith("weight") else db
+            if not wanted[name] or whole is None:
+                grads.append(None)
+            elif name in ("weight", "bias"):
+                grads.append(whole)
+            else:
+                grads.append(whole[int(name[len("weight" if name.startswith("weight") else "bias"):])])
+        return grads
 
     def forward(self, x: _torch.Tensor, m_splits: Any) -> _torch.Tensor:
         """y [T, out] for x [T, in] split by m_splits (ints, or a tensor of them)."""
@@ -194,9 +247,8 @@ class GroupedLinear(_torch.nn.Module):
                                    else m_splits)]
         params = self._ordered_params()
         if _torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
-            return _GroupedLinearFunction.apply(self, splits, x, *params)
-        y, _ = self._run_forward(x, splits)
-        return y
+            return _LayerFunction.apply(self, splits, x, *params)
+        return self._run_forward(x, splits)
 
     def load_grouplin_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
                                  prefix: str = "", rules: Rules = None,

@@ -12,24 +12,35 @@
 namespace grouplin::python {
 namespace {
 
-// An optional array (None) with its GroupLin dtype, as a tensor (undefined for None).
-Tensor optional_tensor(const std::optional<InArray>& a, const std::optional<std::string>& dtype,
-                       const char* what) {
-  return a ? tensor_from_array(*a, dtype, what) : Tensor();
-}
-
-ExpertWeights experts(const InArray& weight, const std::optional<std::string>& weight_dtype,
-                      const std::optional<InArray>& scales, const std::optional<InArray>& bias,
+// The experts from lists of arrays: one stacked [N, out, in] weight or N per-expert [out, in]
+// weights; scales ([N, r, c] or N [r, c]) and biases ([N, out] or N [out]) alike, or empty.
+ExpertWeights experts(const std::vector<InArray>& weights,
+                      const std::optional<std::string>& weight_dtype,
+                      const std::vector<InArray>& scales, const std::vector<InArray>& biases,
                       const std::optional<std::string>& bias_dtype) {
-  return ExpertWeights::stacked(tensor_from_array(weight, weight_dtype, "weight"),
-                                optional_tensor(scales, std::nullopt, "scales"),
-                                optional_tensor(bias, bias_dtype, "bias"));
+  auto tensors = [](const std::vector<InArray>& arrays, const std::optional<std::string>& dtype,
+                    const char* what) {
+    std::vector<Tensor> out;
+    for (const InArray& a : arrays) out.push_back(tensor_from_array(a, dtype, what));
+    return out;
+  };
+  // One stacked tensor (rank `stacked`) stands for its experts' views; each list on its own (a
+  // module's biases may be stacked while its weights are not).
+  auto per_expert = [](std::vector<Tensor> ts, size_t stacked) {
+    if (ts.size() != 1 || ts[0].rank() != stacked) return ts;
+    std::vector<Tensor> views;
+    for (int64_t i = 0; i < ts[0].dim(0); ++i) views.push_back(ts[0].select(i));
+    return views;
+  };
+  return ExpertWeights{per_expert(tensors(weights, weight_dtype, "weight"), 3),
+                       per_expert(tensors(scales, std::nullopt, "weight_scale_inv"), 3),
+                       per_expert(tensors(biases, bias_dtype, "bias"), 2)};
 }
 
 nb::object forward(const InArray& x, const std::optional<std::string>& x_dtype,
-                   const std::vector<int64_t>& m_splits, const InArray& weight,
+                   const std::vector<int64_t>& m_splits, const std::vector<InArray>& weight,
                    const std::optional<std::string>& weight_dtype,
-                   const std::optional<InArray>& scales, const std::optional<InArray>& bias,
+                   const std::vector<InArray>& scales, const std::vector<InArray>& bias,
                    const std::optional<std::string>& bias_dtype, const std::string& framework) {
   const Framework f = framework_from_name(framework);
   const Tensor in = tensor_from_array(x, x_dtype, "x");
@@ -43,9 +54,9 @@ nb::object forward(const InArray& x, const std::optional<std::string>& x_dtype,
 }
 
 nb::tuple backward(const InArray& x, const std::optional<std::string>& x_dtype, const InArray& dy,
-                   const std::vector<int64_t>& m_splits, const InArray& weight,
+                   const std::vector<int64_t>& m_splits, const std::vector<InArray>& weight,
                    const std::optional<std::string>& weight_dtype,
-                   const std::optional<InArray>& scales, const std::optional<InArray>& bias,
+                   const std::vector<InArray>& scales, const std::vector<InArray>& bias,
                    const std::optional<std::string>& bias_dtype, bool dx, bool dw, bool db,
                    const std::string& framework) {
   const Framework f = framework_from_name(framework);
@@ -65,15 +76,15 @@ nb::tuple backward(const InArray& x, const std::optional<std::string>& x_dtype, 
 
 void bind_gemm(nb::module_& m) {
   m.def("grouped_linear_forward", &forward, nb::arg("x"), nb::arg("x_dtype").none(),
-        nb::arg("m_splits"), nb::arg("weight"), nb::arg("weight_dtype").none(),
-        nb::arg("scales").none(), nb::arg("bias").none(), nb::arg("bias_dtype").none(),
-        nb::arg("framework"),
-        "y [T, out] = x [T, in] split by m_splits times each expert's weight [N, out, in]^T, "
-        "plus its bias [N, out]; nothing is kept.");
+        nb::arg("m_splits"), nb::arg("weight"), nb::arg("weight_dtype").none(), nb::arg("scales"),
+        nb::arg("bias"), nb::arg("bias_dtype").none(), nb::arg("framework"),
+        "y [T, out] = x [T, in] split by m_splits times each expert's weight^T plus its bias; "
+        "weight: [one [N, out, in] array] or N [out, in] arrays (scales and bias alike, or "
+        "empty); nothing is kept.");
   m.def("grouped_linear_backward", &backward, nb::arg("x"), nb::arg("x_dtype").none(),
         nb::arg("dy"), nb::arg("m_splits"), nb::arg("weight"), nb::arg("weight_dtype").none(),
-        nb::arg("scales").none(), nb::arg("bias").none(), nb::arg("bias_dtype").none(),
-        nb::arg("dx"), nb::arg("dw"), nb::arg("db"), nb::arg("framework"),
+        nb::arg("scales"), nb::arg("bias"), nb::arg("bias_dtype").none(), nb::arg("dx"),
+        nb::arg("dw"), nb::arg("db"), nb::arg("framework"),
         "(dx [T, in], dw [N, out, in], db [N, out]) of grouped_linear_forward for dy [T, out]; "
         "None for what is not asked for.");
 }

@@ -118,6 +118,33 @@ def test_two_forwards_before_backward_each_get_their_gradient():
     torch.testing.assert_close(layer.weight1.grad, w[1].grad, rtol=1e-5, atol=1e-5)
 
 
+def test_stateless_grouped_linear_matches_the_loop_and_the_layer():
+    torch.manual_seed(2)
+    n, splits, other = 3, [4, 0, 3], [1, 5, 1]
+    w = torch.randn(n, 6, 5, requires_grad=True)
+    b = torch.randn(n, 6, requires_grad=True)
+    x1, x2 = torch.randn(7, 5, requires_grad=True), torch.randn(7, 5, requires_grad=True)
+    y1 = gtorch.grouped_linear(x1, splits, w, b)
+    y2 = gtorch.grouped_linear(x2, torch.tensor(other), w, b)  # in flight before y1's backward
+    (y1.square().sum() + y2.sum()).backward()
+    rw, rb = w.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    r1, r2 = x1.detach().clone().requires_grad_(), x2.detach().clone().requires_grad_()
+    ref1 = loop_reference(r1, splits, list(rw), list(rb))
+    ref2 = loop_reference(r2, other, list(rw), list(rb))
+    (ref1.square().sum() + ref2.sum()).backward()
+    torch.testing.assert_close(y1, ref1, rtol=1e-5, atol=1e-5)
+    for got, want in ((x1.grad, r1.grad), (x2.grad, r2.grad), (w.grad, rw.grad), (b.grad, rb.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # The layer's own weights through the stateless call: the layer's bits.
+    layer = gtorch.GroupedLinear(n, 5, 6, weight_layout="single", seed=3)
+    with torch.no_grad():
+        assert torch.equal(gtorch.grouped_linear(x1, splits, layer.weight, layer.bias),
+                           layer(x1, splits))
+    with pytest.raises(grouplin.Error) as e:
+        gtorch.grouped_linear(x1, [4, 0], w, b)
+    assert e.value.code == "SplitCountMismatch"
+
+
 def test_trains_inside_a_torch_model_as_a_linear_loop_does():
     torch.manual_seed(2)
     experts = gtorch.GroupedLinear(4, 8, 8, seed=1)
