@@ -119,6 +119,37 @@ TEST_F(RealWritersFiles, EveryTransformerEngineReleasesFloat8TensorsLoad) {
   }
 }
 
+// MXFP8Tensor as each TransformerEngine release pickled it, made by its own code
+// (make_te_mxfp8.py): the legacy route with 6 (2.0), 7 (2.3, 2.4), 8 (2.6) and 9 (2.12)
+// arguments, the module-level function (2.16, 2.18); row-wise E4M3 codes and their [1, 32] E8M0
+// block scales, TE's padding cut off.
+TEST_F(RealWritersFiles, EveryTransformerEngineReleasesMxfp8TensorsLoad) {
+  for (const std::string v : {"2_0", "2_3", "2_4", "2_6", "2_12", "2_16", "2_18"}) {
+    SCOPED_TRACE("TransformerEngine " + v);
+    std::vector<Problem> notes;
+    const StateDict sd = load_pt(kDir + "te" + v + "_mxfp8.pt", {.notes = &notes});
+    ASSERT_EQ(sd.keys(), (std::vector<std::string>{"experts.weight0", "experts.weight0_scale_inv",
+                                                   "dense.weight"}));
+    const Tensor& w = sd.at("experts.weight0");
+    EXPECT_EQ(w.dtype(), DType::F8_E4M3);
+    EXPECT_EQ(w.shape(), (Shape{4, 64}));
+    expect_codes(w, 0);
+    const Tensor& s = sd.at("experts.weight0_scale_inv");
+    EXPECT_EQ(s.dtype(), DType::F8_E8M0);
+    ASSERT_EQ(s.shape(), (Shape{4, 2}));
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t c = 0; c < 2; ++c) {
+        EXPECT_EQ(std::to_integer<int>(s.data()[r * 2 + c]), 127 + r + c) << r << ", " << c;
+      }
+    }
+    // 2.4's 7-argument form with code 7 alone: 2.3 wrote the same form with the old numbering.
+    ASSERT_EQ(notes.size(), v == "2_4" ? 1u : 0u);
+    if (v == "2_4") {
+      EXPECT_EQ(notes[0].code, ErrorCode::AmbiguousTeDType);
+    }
+  }
+}
+
 // Training checkpoints as torch.save writes them (make_torch_wrappers.py): the state dict inside
 // a wrapper is the one dict of tensors, plain values beside tensors are left out; both said.
 TEST(RealWriters, TrainingCheckpointsReadTheirStateDict) {

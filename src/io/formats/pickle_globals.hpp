@@ -16,7 +16,8 @@ namespace grouplin::pickle {
 enum class GlobalKind : uint8_t { OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageType, DTypeTag,
                                   TeFloat8Tensor, TeFloat8TensorLegacy, TeFloat8TensorClass, Getattr,
                                   TeDType, TorchSize,
-                                  TeMxfp8Tensor, TeMxfp8Quantizer, InertClass, CodecsEncode };
+                                  TeMxfp8Tensor, TeMxfp8Quantizer, TeMxfp8TensorLegacy, TeMxfp8TensorClass,
+                                  InertClass, CodecsEncode };
 // clang-format on
 
 struct AllowedGlobal {
@@ -52,6 +53,10 @@ inline constexpr AllowedGlobal kAllowedGlobals[] = {
     {"transformer_engine.pytorch.tensor.mxfp8_tensor._make_mxfp8_tensor_in_reduce_ex",
      GlobalKind::TeMxfp8Tensor},
     {"transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Quantizer", GlobalKind::TeMxfp8Quantizer},
+    // MXFP8Tensor's legacy route, getattr(MXFP8Tensor, '_make_in_reduce_ex') (TE 2.0-2.15).
+    {"transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Tensor", GlobalKind::TeMxfp8TensorClass},
+    {"transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Tensor._make_in_reduce_ex",
+     GlobalKind::TeMxfp8TensorLegacy},
     // Data that training checkpoints keep beside the tensors, read as inert objects (built by
     // no code, their state parsed and dropped) and skipped with a note: TransformerEngine
     // 0.12-1.13's _extra_state (an io.BytesIO holding a torch.save of its FP8 metadata, its

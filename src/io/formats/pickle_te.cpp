@@ -115,13 +115,16 @@ Ref TorchBuilder::float8_tensor(std::span<const Ref> a, bool legacy) {
   return push_fp8(std::move(t), code, numbering, scale_index, false);
 }
 
-Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
-  constexpr std::string_view fn = "_make_mxfp8_tensor_in_reduce_ex";
-  if (a.size() != 8 && a.size() != 9) {
+Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a, bool legacy) {
+  const std::string_view fn =
+      legacy ? "MXFP8Tensor._make_in_reduce_ex" : "_make_mxfp8_tensor_in_reduce_ex";
+  // What each release wrote: legacy 6 (TE 2.0-2.2), 7 + shape (2.3-2.5), 8 + quantizer
+  // (2.6-2.11), 9 + with_gemm_swizzled_scales (2.12-2.15); module-level 9 (2.16 on; 8 accepted).
+  if (a.size() < (legacy ? 6u : 8u) || a.size() > 9) {
     cursor_.invalid(std::string(fn) + " called with " + std::to_string(a.size()) +
-                    " arguments, expected 9 (rowwise_data, rowwise_scale_inv, columnwise_data, "
-                    "columnwise_scale_inv, fp8_dtype, dtype, shape, quantizer, "
-                    "with_gemm_swizzled_scales)");
+                    " arguments, expected " + (legacy ? "6 to 9" : "9") +
+                    " (rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, "
+                    "fp8_dtype, dtype, shape, quantizer, with_gemm_swizzled_scales)");
   }
   const TensorRef* data = codes_or_none(a[0], fn, "rowwise_data");
   const TensorRef* scales = codes_or_none(a[1], fn, "rowwise_scale_inv");
@@ -136,8 +139,15 @@ Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
     cursor_.invalid(std::string(fn) + ": dtype is a " + kind_name(values_.get(a[5]).kind) +
                     ", expected a torch dtype");
   }
-  const Shape shape = expect_int_tuple(a[6], std::string(fn) + ": shape");
-  const Kind quantizer = values_.get(a[7]).kind;
+  if (a.size() == 6 && data == nullptr) {
+    cursor_.fail(ErrorCode::UnsupportedConversion,
+                 std::string(fn) +
+                     ": an MXFP8Tensor without its row-wise data and scales (only the column-wise "
+                     "copy kept), which GroupLin does not read");
+  }
+  const Shape shape =
+      a.size() > 6 ? expect_int_tuple(a[6], std::string(fn) + ": shape") : data->shape;
+  const Kind quantizer = a.size() > 7 ? values_.get(a[7]).kind : Kind::None;
   if (quantizer != Kind::None && quantizer != Kind::TeQuantizer) {
     cursor_.invalid(std::string(fn) + ": quantizer is a " + kind_name(quantizer) +
                     ", expected an MXFP8Quantizer or None");
@@ -177,8 +187,11 @@ Ref TorchBuilder::mxfp8_tensor(std::span<const Ref> a) {
   s.mx_padded_cols = padded[1];
   TensorRef codes = *data;  // copied first: pushing the scales may move tensors_
   const auto scale_index = static_cast<size_t>(values_.get(push_tensor(std::move(s))).number);
-  return push_fp8(std::move(codes), values_.get(a[4]).number, TeCodes::From2_4, scale_index,
-                  columnwise);
+  // TE renumbered its dtypes at 2.4: the 6-argument form is older, the 7-argument one either.
+  const TeCodes numbering = !legacy || a.size() >= 8 ? TeCodes::From2_4
+                            : a.size() == 6          ? TeCodes::UpTo2_3
+                                                     : TeCodes::Either;
+  return push_fp8(std::move(codes), values_.get(a[4]).number, numbering, scale_index, columnwise);
 }
 
 }  // namespace grouplin::pickle

@@ -290,7 +290,9 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
     case GlobalKind::TeFloat8TensorLegacy:
       return float8_tensor(copy, true);
     case GlobalKind::TeMxfp8Tensor:
-      return mxfp8_tensor(copy);
+      return mxfp8_tensor(copy, false);
+    case GlobalKind::TeMxfp8TensorLegacy:
+      return mxfp8_tensor(copy, true);
     case GlobalKind::Getattr:
       // TE >= 2.17's DType (an IntEnum), which Python >= 3.11 pickles by member name:
       // getattr(DType, 'kFloat8E4M3'). Only its FP8 members are read.
@@ -306,17 +308,25 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
         values_.get(d).aux = 1;
         return d;
       }
-      // Else only the legacy route to Float8Tensor's reconstructor: getattr(Float8Tensor,
-      // '_make_in_reduce_ex'). Any other attribute of anything could be any function.
-      if (copy.size() != 2 || !is_global(values_, copy[0], GlobalKind::TeFloat8TensorClass) ||
-          values_.get(copy[1]).kind != Kind::String ||
-          values_.text(copy[1]) != "_make_in_reduce_ex") {
-        cursor_.fail(ErrorCode::ForbiddenGlobal,
-                     "getattr is accepted only as getattr(Float8Tensor, '_make_in_reduce_ex') "
-                     "and getattr(DType, 'kFloat8E4M3' or 'kFloat8E5M2') of TransformerEngine");
+      // Else only the legacy routes to Float8Tensor's and MXFP8Tensor's reconstructors:
+      // getattr(cls, '_make_in_reduce_ex'). Any other attribute of anything could be any function.
+      {
+        const bool float8 =
+            copy.size() == 2 && is_global(values_, copy[0], GlobalKind::TeFloat8TensorClass);
+        const bool mxfp8 =
+            copy.size() == 2 && is_global(values_, copy[0], GlobalKind::TeMxfp8TensorClass);
+        if ((!float8 && !mxfp8) || values_.get(copy[1]).kind != Kind::String ||
+            values_.text(copy[1]) != "_make_in_reduce_ex") {
+          cursor_.fail(ErrorCode::ForbiddenGlobal,
+                       "getattr is accepted only as getattr(Float8Tensor or MXFP8Tensor, "
+                       "'_make_in_reduce_ex') and getattr(DType, 'kFloat8E4M3' or "
+                       "'kFloat8E5M2') of TransformerEngine");
+        }
+        return make_global(
+            float8
+                ? "transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor._make_in_reduce_ex"
+                : "transformer_engine.pytorch.tensor.mxfp8_tensor.MXFP8Tensor._make_in_reduce_ex");
       }
-      return make_global(
-          "transformer_engine.pytorch.tensor.float8_tensor.Float8Tensor._make_in_reduce_ex");
     case GlobalKind::TeDType: {  // DType(code): the IntEnum, or pybind11's with TE's __reduce__
       if (copy.size() != 1) cursor_.invalid("TransformerEngine DType called without one code");
       Ref d = values_.make(Kind::TeDType);
@@ -342,6 +352,7 @@ Ref TorchBuilder::reduce(Ref fn_ref, Ref args_ref) {
       expect_int_tuple(copy[0], "torch.Size");
       return copy[0];
     case GlobalKind::TeFloat8TensorClass:
+    case GlobalKind::TeMxfp8TensorClass:
     case GlobalKind::TeMxfp8Quantizer:
     case GlobalKind::StorageType:
     case GlobalKind::DTypeTag:
@@ -499,10 +510,11 @@ PickledStateDict TorchBuilder::finish(Ref result, std::string_view key) {
         values_.grow(out.notes, "the state dict");
         out.notes.push_back(
             {ErrorCode::AmbiguousTeDType, key,
-             quote(key) + ": TransformerEngine 2.0-2.15's Float8Tensor (5 arguments) with TE "
-                          "dtype code 7, and no other code in the file to tell the release: "
-                          "read as float8 e4m3, TransformerEngine 2.4-2.15's numbering; "
-                          "TransformerEngine 2.0-2.3 numbered float8 e5m2 7 (the codes are kept "
+             quote(key) + ": a TransformerEngine tensor in a form written on both sides of "
+                          "TE 2.4's renumbering (Float8Tensor with 5 arguments, TE 2.0-2.15; "
+                          "MXFP8Tensor with 7, TE 2.3-2.5) with TE dtype code 7, and no other "
+                          "code in the file to tell the release: read as float8 e4m3, TE 2.4's "
+                          "numbering; TE 2.0-2.3 numbered float8 e5m2 7 (the codes are kept "
                           "byte for byte either way)"});
       }
       values_.grow(out.tensors, "the state dict");

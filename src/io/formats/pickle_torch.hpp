@@ -51,10 +51,11 @@ class TorchBuilder {
   // its scale.
   Ref float8_tensor(std::span<const Ref> args, bool legacy);
   // TransformerEngine's MXFP8Tensor from (rowwise_data, rowwise_scale_inv, columnwise_data,
-  // columnwise_scale_inv, fp8_dtype, dtype, shape, quantizer[, with_gemm_swizzled_scales]): the
-  // row-wise codes, remembered with their E8M0 scales unpadded (and to be unswizzled); the
-  // column-wise copy is dropped.
-  Ref mxfp8_tensor(std::span<const Ref> args);
+  // columnwise_scale_inv, fp8_dtype, dtype[, shape[, quantizer[, with_gemm_swizzled_scales]]])
+  // as each release wrote it (`legacy`: through MXFP8Tensor._make_in_reduce_ex, 6 to 9
+  // arguments; the module-level function of TE 2.16 on, 8 or 9): the row-wise codes, remembered
+  // with their E8M0 scales unpadded (and to be unswizzled); the column-wise copy is dropped.
+  Ref mxfp8_tensor(std::span<const Ref> args, bool legacy);
   // The dict of tensors `result` is, or the inner dict of tensors of a training checkpoint
   // ({"model": sd, ...}; said in a note): the one under `key`, else the only one
   // (SeveralStateDicts for several).
