@@ -17,13 +17,7 @@ namespace {
 
 using testing::error_of;
 
-Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& f : v) f = dist(gen);
-  return Tensor::from_f32(shape, v, dtype);
-}
+using testing::random_tensor;
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&

@@ -28,14 +28,7 @@ using reference::to_double;
 
 using testing::kLayouts;
 
-// Values uniform in [-1, 1), rounded to `dtype` by the library.
-Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  for (float& f : v) f = dist(gen);
-  return Tensor::from_f32(shape, v, dtype);
-}
+using testing::random_tensor;
 
 GroupedLinearOptions options(int64_t n, int64_t in, int64_t out, DType dtype, WeightLayout layout,
                              bool bias = true) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,15 @@ inline void PrintTo(WeightLayout l, std::ostream* os) { *os << layout_name(l); }
 }  // namespace grouplin
 
 namespace grouplin::testing {
+
+// Values uniform in [-1, 1), rounded to `dtype` by the library.
+inline Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (float& f : v) f = dist(gen);
+  return Tensor::from_f32(shape, v, dtype);
+}
 
 inline constexpr WeightLayout kLayouts[] = {WeightLayout::PerExpert, WeightLayout::Contiguous,
                                             WeightLayout::Single};

@@ -124,7 +124,11 @@ def run(source, namespace):
     exec(compile(source, "<TransformerEngine>", "exec", flags=flags, dont_inherit=True), namespace)
 
 
-def write(repo, tag, out):
+def stand_in(repo, tag, path, source, class_name, module_function):
+    """TE's tensor class `class_name` of `tag` as a stand-in in the module it is defined in
+    (`path`, text `source`), with that release's `__reduce_ex__` and `_make_in_reduce_ex`, and
+    its module-level reconstructor `module_function` where the release has one; TE's DType enum
+    compiled from the release. Returns the class and the release's float8 e4m3 member."""
     import torch
     work = tempfile.mkdtemp(prefix="te-stub-")
     _, constants = source_of(repo, tag, "transformer_engine/pytorch/constants.py")
@@ -132,10 +136,6 @@ def write(repo, tag, out):
                 else "transformer_engine_torch")
     tex = build_enum_module(repo, tag, ext_name, work)
     fp8_dtype = tex.DType.kFloat8E4M3
-    path, float8 = source_of(repo, tag, "transformer_engine/pytorch/tensor/float8_tensor.py",
-                             "transformer_engine/pytorch/float8_tensor.py")
-    if "class Float8Tensor" not in float8:  # a re-export only
-        path, float8 = source_of(repo, tag, "transformer_engine/pytorch/tensor/float8_tensor.py")
     mod = module(path[:-3].replace("/", "."))
     namespace = {"torch": torch, "tex": tex, "TE_DType": tex.DType, "__name__": mod.__name__}
     if "class DType(enum.IntEnum)" in constants:  # TE >= 2.17: the Python enum
@@ -146,23 +146,31 @@ def write(repo, tag, out):
         consts.DType = ns["DType"]
         namespace["DType"] = ns["DType"]
         fp8_dtype = ns["DType"].kFloat8E4M3
-
-    class Float8Tensor:
-        pass
-
-    Float8Tensor.__module__, Float8Tensor.__qualname__ = mod.__name__, "Float8Tensor"
-    mod.Float8Tensor = namespace["Float8Tensor"] = Float8Tensor
-    top = definitions(float8, {"_make_float8_tensor_in_reduce_ex"})
+    cls = type(class_name, (), {"__module__": mod.__name__})
+    setattr(mod, class_name, cls)
+    namespace[class_name] = cls
+    top = definitions(source, {module_function})
     if top:
-        run(top["_make_float8_tensor_in_reduce_ex"], namespace)
-        fn = namespace["_make_float8_tensor_in_reduce_ex"]
+        run(top[module_function], namespace)
+        fn = namespace[module_function]
         fn.__module__ = mod.__name__
-        mod._make_float8_tensor_in_reduce_ex = fn
-    methods = definitions(float8, {"__reduce_ex__", "_make_in_reduce_ex"}, inside="Float8Tensor")
+        setattr(mod, module_function, fn)
+    methods = definitions(source, {"__reduce_ex__", "_make_in_reduce_ex"}, inside=class_name)
     for name, src in methods.items():
         ns = dict(namespace)
         run(src, ns)
-        setattr(Float8Tensor, name, ns[name])
+        setattr(cls, name, ns[name])
+    return cls, fp8_dtype, ext_name
+
+
+def write(repo, tag, out):
+    import torch
+    path, float8 = source_of(repo, tag, "transformer_engine/pytorch/tensor/float8_tensor.py",
+                             "transformer_engine/pytorch/float8_tensor.py")
+    if "class Float8Tensor" not in float8:  # a re-export only
+        path, float8 = source_of(repo, tag, "transformer_engine/pytorch/tensor/float8_tensor.py")
+    Float8Tensor, fp8_dtype, ext_name = stand_in(repo, tag, path, float8, "Float8Tensor",
+                                                 "_make_float8_tensor_in_reduce_ex")
 
     def float8_tensor(codes, scale_inv):
         t = Float8Tensor.__new__(Float8Tensor)

@@ -22,13 +22,11 @@ committed files.
 import os
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from make_te_float8 import build_enum_module, definitions, run, source_of  # noqa: E402
-from stub_modules import module  # noqa: E402
+from make_te_float8 import source_of, stand_in  # noqa: E402
 
 # One release of each form: 6, 7 (old numbering; and new), 8, 9 arguments, module-level.
 TAGS = ["v2.0", "v2.3", "v2.4", "v2.6", "v2.12", "v2.16", "v2.18"]
@@ -36,38 +34,9 @@ TAGS = ["v2.0", "v2.3", "v2.4", "v2.6", "v2.12", "v2.16", "v2.18"]
 
 def write(repo, tag, out):
     import torch
-    work = tempfile.mkdtemp(prefix="te-stub-")
-    _, constants = source_of(repo, tag, "transformer_engine/pytorch/constants.py")
-    tex = build_enum_module(repo, tag, "transformer_engine_torch", work)
-    fp8_dtype = tex.DType.kFloat8E4M3
     path, source = source_of(repo, tag, "transformer_engine/pytorch/tensor/mxfp8_tensor.py")
-    mod = module(path[:-3].replace("/", "."))
-    namespace = {"torch": torch, "tex": tex, "TE_DType": tex.DType, "__name__": mod.__name__}
-    if "class DType(enum.IntEnum)" in constants:  # TE >= 2.17: the Python enum
-        consts = module("transformer_engine.pytorch.constants")
-        ns = {"enum": __import__("enum"), "tex": tex, "torch": torch,
-              "__name__": consts.__name__}
-        run(definitions(constants, {"DType"})["DType"], ns)
-        consts.DType = ns["DType"]
-        namespace["DType"] = ns["DType"]
-        fp8_dtype = ns["DType"].kFloat8E4M3
-
-    class MXFP8Tensor:
-        pass
-
-    MXFP8Tensor.__module__, MXFP8Tensor.__qualname__ = mod.__name__, "MXFP8Tensor"
-    mod.MXFP8Tensor = namespace["MXFP8Tensor"] = MXFP8Tensor
-    top = definitions(source, {"_make_mxfp8_tensor_in_reduce_ex"})
-    if top:
-        run(top["_make_mxfp8_tensor_in_reduce_ex"], namespace)
-        fn = namespace["_make_mxfp8_tensor_in_reduce_ex"]
-        fn.__module__ = mod.__name__
-        mod._make_mxfp8_tensor_in_reduce_ex = fn
-    methods = definitions(source, {"__reduce_ex__", "_make_in_reduce_ex"}, inside="MXFP8Tensor")
-    for name, src in methods.items():
-        ns = dict(namespace)
-        run(src, ns)
-        setattr(MXFP8Tensor, name, ns[name])
+    MXFP8Tensor, fp8_dtype, _ = stand_in(repo, tag, path, source, "MXFP8Tensor",
+                                         "_make_mxfp8_tensor_in_reduce_ex")
 
     rows, cols = 4, 64
     codes = (torch.arange(rows * cols, dtype=torch.int32) % 256).to(torch.uint8).reshape(rows, cols)
