@@ -3,6 +3,7 @@ experts class transformers decorates (the tiny models of bench/hf_zoo_families.p
 and every parameter's gradient with experts_implementation="grouplin" against "eager" (F32), BF16
 no further from eager than grouped_mm is, a few optimizer steps, and from_pretrained."""
 import os
+import subprocess
 import sys
 import unittest
 import warnings
@@ -146,6 +147,32 @@ class TransformersExperts(ScratchTest):
         with torch.no_grad():
             eager = loaded(input_ids=ids).logits
         self.assertLess(relative(eager, ours), F32_BOUND)
+
+    def test_expert_parallel_sentinels_give_zero_rows(self):
+        # An expert-parallel rank sees ids >= num_experts for experts it does not hold.
+        model = tiny_model("qwen3_moe")
+        experts = experts_modules(model)[0]
+        g = torch.Generator().manual_seed(4)
+        hidden = torch.randn(5, experts.gate_up_proj.shape[2], generator=g)
+        index = torch.randint(0, experts.num_experts, (5, 2), generator=g)
+        weights = torch.rand(5, 2, generator=g)
+        sentinel = index.clone()
+        sentinel[:, 1] = experts.num_experts  # every second slot held elsewhere
+        sentinel[2, 0] = experts.num_experts + 3
+        with torch.no_grad():
+            got = gtf.experts_forward(experts, hidden, sentinel, weights)
+            kept = weights.clone()
+            kept[:, 1] = 0
+            kept[2, 0] = 0
+            want = gtf.experts_forward(experts, hidden, index, kept)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        self.assertTrue(torch.equal(got[2], torch.zeros_like(got[2])))
+
+    def test_the_example_runs_and_agrees_with_eager(self):
+        example = os.path.join(SOURCE, "examples", "python", "transformers_moe.py")
+        r = subprocess.run([sys.executable, example], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("GroupLin and eager agree", r.stdout)
 
     def test_a_cuda_tensor_is_refused_naming_the_module(self):
         model = tiny_model("qwen3_moe")
