@@ -49,6 +49,8 @@ def _raw_list(tensors: Any, what: str) -> Tuple[List[Any], Optional[str]]:
 
 def _grouped_forward(x: _torch.Tensor, m_splits: List[int], weights: Any, biases: Any,
                      scales: Any) -> _torch.Tensor:
+    """The stateless forward over lists of tensors: one stacked [N, out, in] weight or N
+    [out, in] ones (biases and FP8 scales alike, None entries left out)."""
     x_raw, x_kind = to_raw(x, "x")
     w_raw, w_kind = _raw_list(weights, "weight")
     b_raw, b_kind = _raw_list(biases, "bias")
@@ -112,19 +114,21 @@ def grouped_linear(x: _torch.Tensor, m_splits: Any, weight: _torch.Tensor,
 class _LayerFunction(_torch.autograd.Function):
     """GroupedLinear's forward (the C++ layer's, packed weights and all) and backward (the
     stateless one, from this forward's own input): any number of forwards may come before their
-    backwards, and none is run again."""
+    backwards, and none is run again. The parameters are saved too, so that autograd refuses a
+    backward after they were changed in place (as for any torch op), instead of differentiating
+    at other weights."""
 
     @staticmethod
     def forward(ctx: Any, module: "GroupedLinear", m_splits: List[int], x: _torch.Tensor,
                 *params: _torch.Tensor) -> _torch.Tensor:
         ctx.module = module
         ctx.m_splits = m_splits
-        ctx.save_for_backward(x)
+        ctx.save_for_backward(x, *params)
         return module._run_forward(x, m_splits)
 
     @staticmethod
     def backward(ctx: Any, dy: _torch.Tensor) -> Any:
-        (x,) = ctx.saved_tensors
+        x = ctx.saved_tensors[0]
         return (None, None, *ctx.module._run_backward(x, ctx.m_splits, dy,
                                                       ctx.needs_input_grad[2]))
 

@@ -145,6 +145,16 @@ def test_stateless_grouped_linear_matches_the_loop_and_the_layer():
     assert e.value.code == "SplitCountMismatch"
 
 
+def test_a_weight_changed_before_backward_is_refused_as_torch_refuses_it():
+    layer = gtorch.GroupedLinear(2, 4, 3, seed=5)
+    x = torch.randn(5, 4, requires_grad=True)
+    y = layer(x, [2, 3])
+    with torch.no_grad():
+        layer.weight0.add_(1.0)  # an optimizer step between forward and backward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 def test_trains_inside_a_torch_model_as_a_linear_loop_does():
     torch.manual_seed(2)
     experts = gtorch.GroupedLinear(4, 8, 8, seed=1)
