@@ -18,4 +18,8 @@ void check_rows(const char* op, const char* what, const Tensor& t, int64_t rows,
 // Error(SplitCountMismatch), Error(NegativeSplit) or Error(SplitSumMismatch) otherwise.
 void check_splits(const char* op, std::span<const int64_t> m_splits, int64_t experts, int64_t rows);
 
+// Whether `a` and `b` share a byte, by address, not by Storage (a borrowed weight is a read-only
+// alias of the caller's storage): an output must not overlap an input.
+bool overlap(const Tensor& a, const Tensor& b);
+
 }  // namespace grouplin::detail

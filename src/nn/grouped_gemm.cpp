@@ -57,15 +57,15 @@ void check_splits(const char* op, std::span<const int64_t> m_splits, int64_t exp
   }
 }
 
-}  // namespace detail
-
-namespace {
-
 bool overlap(const Tensor& a, const Tensor& b) {
   if (a.nbytes() == 0 || b.nbytes() == 0) return false;
   const auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
   return pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
+
+}  // namespace detail
+
+namespace {
 
 // The experts' shapes and dtypes, checked once: N, out, in, the weights' dtype.
 struct Shapes {
@@ -201,7 +201,7 @@ void grouped_linear_forward(const Tensor& x, std::span<const int64_t> m_splits,
   detail::check_splits(op, m_splits, s.n, x.dim(0));
   detail::check_rows(op, "y", y, x.dim(0), s.out, a);
   if (!y.writable()) throw Error(ErrorCode::ReadOnlyTensor, std::string(op) + ": y is read-only");
-  if (overlap(y, x)) {
+  if (detail::overlap(y, x)) {
     throw Error(ErrorCode::InvalidArgument,
                 std::string(op) + ": y shares bytes with x; expected its own");
   }

@@ -246,13 +246,6 @@ void GroupedLinear::check_forward_args(const Tensor& x, std::span<const int64_t>
 
 namespace {
 
-// By address, not by Storage: a borrowed weight is a read-only alias of the caller's storage.
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
-  const auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
-  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
-}
-
 // Checks a caller-provided output of `op` ("forward: y") against its expected shape and dtype.
 void check_output(const Tensor& out, const Shape& shape, DType dtype, const std::string& what,
                   std::initializer_list<const Tensor*> inputs) {
@@ -271,7 +264,7 @@ void check_output(const Tensor& out, const Shape& shape, DType dtype, const std:
     throw Error(ErrorCode::ReadOnlyTensor, "GroupedLinear." + what + " is read-only");
   }
   for (const Tensor* in : inputs) {
-    if (overlap(out, *in)) {
+    if (detail::overlap(out, *in)) {
       throw Error(ErrorCode::InvalidArgument,
                   "GroupedLinear." + what + " shares bytes with an input; expected its own");
     }

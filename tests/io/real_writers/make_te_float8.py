@@ -190,17 +190,19 @@ def write(repo, tag, out):
           f"{int(fp8_dtype)}), torch {torch.__version__}, {os.path.getsize(out)} bytes")
 
 
-def main():
+def main(script, doc, tags, write_one, kind):
+    """`script TE_GIT_DIR [TAG ...]`: write_one(repo, tag, te<VERSION>_<kind>.pt) for each tag
+    (default `tags`), each release in a process of its own: its modules must not meet."""
     if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    repo, tags = sys.argv[1], sys.argv[2:] or TAGS
-    if len(tags) > 1:  # each release in a process of its own: its modules must not meet
-        for tag in tags:
-            subprocess.run([sys.executable, __file__, repo, tag], check=True)
+        sys.exit(doc)
+    repo, chosen = sys.argv[1], sys.argv[2:] or tags
+    if len(chosen) > 1:
+        for tag in chosen:
+            subprocess.run([sys.executable, script, repo, tag], check=True)
         return
-    tag = tags[0]
-    write(repo, tag, os.path.join(HERE, f"te{tag[1:].replace('.', '_')}_float8.pt"))
+    tag = chosen[0]
+    write_one(repo, tag, os.path.join(HERE, f"te{tag[1:].replace('.', '_')}_{kind}.pt"))
 
 
 if __name__ == "__main__":
-    main()
+    main(__file__, __doc__, TAGS, write, "float8")

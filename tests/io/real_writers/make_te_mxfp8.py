@@ -20,13 +20,12 @@ committed files.
     $PY tests/io/real_writers/make_te_mxfp8.py TE_GIT_DIR [TAG ...]
 """
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from make_te_float8 import source_of, stand_in  # noqa: E402
+from make_te_float8 import main, source_of, stand_in  # noqa: E402
 
 # One release of each form: 6, 7 (old numbering; and new), 8, 9 arguments, module-level.
 TAGS = ["v2.0", "v2.3", "v2.4", "v2.6", "v2.12", "v2.16", "v2.18"]
@@ -57,17 +56,5 @@ def write(repo, tag, out):
           f"torch {torch.__version__}, {os.path.getsize(out)} bytes")
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    repo, tags = sys.argv[1], sys.argv[2:] or TAGS
-    if len(tags) > 1:  # each release in a process of its own: its modules must not meet
-        for tag in tags:
-            subprocess.run([sys.executable, __file__, repo, tag], check=True)
-        return
-    tag = tags[0]
-    write(repo, tag, os.path.join(HERE, f"te{tag[1:].replace('.', '_')}_mxfp8.pt"))
-
-
 if __name__ == "__main__":
-    main()
+    main(__file__, __doc__, TAGS, write, "mxfp8")
