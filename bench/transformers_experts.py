@@ -62,7 +62,7 @@ def main():
     ap.add_argument("--shape", default="qwen3", choices=SHAPES)
     ap.add_argument("--tokens", default="1,8,64,512")
     ap.add_argument("--backward", default="512", help="token counts timed with backward too")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--limit", type=float, default=10.0)
     ap.add_argument("--backends", default="eager,grouped_mm,grouplin")
     args = ap.parse_args()

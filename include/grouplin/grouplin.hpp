@@ -14,6 +14,7 @@
 #include "grouplin/convert.hpp"
 #include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
+#include "grouplin/expert_block.hpp"
 #include "grouplin/file.hpp"
 #include "grouplin/grouped_gemm.hpp"
 #include "grouplin/grouped_linear.hpp"

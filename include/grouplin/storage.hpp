@@ -23,6 +23,9 @@ class Storage {
  public:
   // Allocates nbytes of zeroed memory aligned to kStorageAlignment. nbytes may be 0.
   static std::shared_ptr<Storage> allocate(size_t nbytes);
+  // As allocate, with the bytes left as they are (for outputs that are written whole before any
+  // read: clearing them first would be a pass over memory for nothing).
+  static std::shared_ptr<Storage> allocate_uninitialized(size_t nbytes);
   // Borrows [data, data + nbytes) read-only; `owner` is kept alive as long as this storage.
   static std::shared_ptr<Storage> wrap(const std::byte* data, size_t nbytes,
                                        std::shared_ptr<const void> owner);

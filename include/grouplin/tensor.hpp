@@ -35,6 +35,8 @@ class Tensor {
 
   // New zero-filled heap tensor.
   static Tensor zeros(const Shape& shape, DType dtype);
+  // New heap tensor whose bytes are unspecified: for an output its producer writes whole.
+  static Tensor empty(const Shape& shape, DType dtype);
   // New heap tensor holding a copy of `values` converted from F32 to `dtype` (a float type).
   // Throws Error(ShapeMismatch) if values.size() != numel(shape).
   static Tensor from_f32(const Shape& shape, std::span<const float> values,

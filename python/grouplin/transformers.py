@@ -1,47 +1,210 @@
 """GroupLin as an experts backend of transformers (5.x): the experts of every MoE model whose
-experts class transformers decorates with ``use_experts_implementation`` run on GroupLin's
-grouped GEMM.
+experts class transformers decorates with ``use_experts_implementation`` run on GroupLin.
 
     import grouplin.transformers                     # registers the backend "grouplin"
     model = AutoModelForCausalLM.from_pretrained(path, experts_implementation="grouplin")
     model.set_experts_implementation("grouplin")     # or switch a loaded model over
 
-What runs where: tokens are routed by a stable sort of their expert ids (ids >= num_experts,
-expert parallelism's sentinels, give zero rows); the gate/up and down projections are GroupLin's
-stateless grouped GEMM (``grouplin.torch.grouped_linear``: forward and backward, F32 or BF16);
-between them the module's own ``_apply_gate`` (or ``act_fn`` without a gate) and
-``post_expert_norm`` run as transformers defines them, so every family's gate is its own; the
-weighted combine sums each token's experts in F32, as transformers' grouped_mm does. The
-module's parameters are read in place, never copied, except weights stored transposed
-(``is_transposed``: gpt-oss), which are made [N, out, in] for each call. CPU tensors only.
+What runs where. A module whose gate GroupLin recognises runs whole in C++ (GroupLin's expert
+block: routing by a stable counting sort, both grouped projections, the gate, the weighted
+combine in F32, forward and backward). The gate is recognised by trying it: the first time a
+kind of module is seen, each gate GroupLin has (``none``, ``multiply``, ``clamp_before``,
+``clamp_after``, ``glu_plus_one``, with each activation, both column orders, and the module's
+``limit``/``alpha`` attributes) is run through the C++ block on probe rows and compared with the
+module's own ``_apply_gate`` (or ``act_fn`` without a gate); the first that agrees is used, so a
+gate is never taken for another. A module with no agreeing gate, or with a ``post_expert_norm``,
+runs the two projections on GroupLin's grouped GEMM and its own Python gate and norm between them
+(said once in a debug log). Sentinel ids (>= num_experts, expert parallelism) add nothing. The
+module's parameters are read in place, in either orientation (``is_transposed``), never copied.
+CPU tensors only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from . import _core
+from ._dtypes import to_raw
 from .torch import grouped_linear
 
-__all__ = ["NAME", "register", "experts_forward"]
+__all__ = ["NAME", "register", "experts_forward", "gate_of"]
 
 NAME = "grouplin"
+_log = logging.getLogger(__name__)
+
+# Gate = (kind, activation, interleaved, limit or None, alpha), as _core takes it.
+Gate = Tuple[str, str, bool, Optional[float], float]
+
+# Where a module keeps its gate's parameters (data: the attribute names transformers' families
+# use); each value found is tried, and no limit.
+_LIMIT_ATTRS = ("limit", "swiglu_limit")
+_ALPHA_ATTRS = ("alpha", "swiglu_alpha")
+_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "relu2")
+_KINDS = ("multiply", "clamp_before", "clamp_after", "glu_plus_one")
+_DEFAULT_ALPHA = 1.702
+
+_gates: Dict[Any, Optional[Gate]] = {}
+_said: set = set()
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _candidates(module: Any):
+    """Every gate GroupLin could run for this module, the commonest first."""
+    if not module.has_gate:
+        for act in _ACTIVATIONS:
+            yield ("none", act, False, None, _DEFAULT_ALPHA)
+        return
+    limits = [_number(getattr(module, a, None)) for a in _LIMIT_ATTRS]
+    limits = [v for v in limits if v is not None]
+    alphas = [_number(getattr(module, a, None)) for a in _ALPHA_ATTRS]
+    alphas = [v for v in alphas if v is not None] or [_DEFAULT_ALPHA]
+    for kind in _KINDS:
+        for interleaved in (False, True):
+            if kind == "multiply":
+                for act in _ACTIVATIONS:
+                    yield (kind, act, interleaved, None, _DEFAULT_ALPHA)
+            elif kind == "glu_plus_one":
+                for limit in limits or [None]:
+                    for alpha in alphas:
+                        yield (kind, "silu", interleaved, limit, alpha)
+            else:
+                for limit in limits:
+                    for act in _ACTIVATIONS:
+                        yield (kind, act, interleaved, limit, _DEFAULT_ALPHA)
+
+
+def _run_gate(gate: Gate, h: torch.Tensor) -> torch.Tensor:
+    """gate(h) for h [R, 2I] (or [R, I]) F32, computed by GroupLin's C++ expert block: one
+    expert whose first projection is the identity and whose down projection passes the gate's
+    output through unchanged (exact in F32)."""
+    rows, width_in = h.shape
+    width = width_in if gate[0] == "none" else width_in // 2
+    first = torch.eye(width_in).unsqueeze(0)
+    down = torch.zeros(1, width_in, width)
+    down[0, :width, :] = torch.eye(width)
+    index = torch.zeros(rows, 1, dtype=torch.int64)
+    weights = torch.ones(rows, 1)
+    arrays = _core.ExpertBlockArrays([first], [], [], [down], [], [])
+    out, _ = _core.expert_block_forward(h.contiguous(), None, index, weights, None, arrays, None,
+                                        None, False, gate, False, "torch")
+    return out[:, :width]
+
+
+def gate_of(module: Any) -> Optional[Gate]:
+    """The gate GroupLin runs for this experts module in C++, or None when none of its gates
+    computes what the module's own does (then the module's Python gate runs)."""
+    limits = tuple(getattr(module, a, None) for a in _LIMIT_ATTRS + _ALPHA_ATTRS)
+    act = getattr(module, "act_fn", None)
+    apply_gate = getattr(module, "_apply_gate", None)
+    key = (type(module), module.has_gate, limits, type(act),
+           repr(act) if isinstance(act, torch.nn.Module) else act,
+           getattr(apply_gate, "__func__", apply_gate))
+    if key in _gates:
+        return _gates[key]
+    bound = max([abs(v) for v in map(_number, limits) if v is not None] + [2.0])
+    generator = torch.Generator().manual_seed(0)
+    width = 16
+    h = (torch.rand(48, 2 * width if module.has_gate else width, generator=generator) * 2 - 1)
+    h = h * (2 * bound)
+    with torch.no_grad():
+        try:
+            want = module._apply_gate(h.clone()) if module.has_gate else module.act_fn(h.clone())
+        except Exception:  # a gate that cannot run on probe rows is not one GroupLin knows
+            want = None
+    found = None
+    if want is not None and want.shape == (h.shape[0], width):
+        scale = float(want.abs().max()) + 1e-6
+        for gate in _candidates(module):
+            got = _run_gate(gate, h)
+            if float((got - want.float()).abs().max()) <= 2e-6 * scale:
+                found = gate
+                break
+    _gates[key] = found
+    return found
+
+
+def _say_once(module: Any, why: str) -> None:
+    name = type(module).__name__
+    if name not in _said:
+        _said.add(name)
+        _log.debug("grouplin experts of %s: %s; its Python gate runs between GroupLin's "
+                   "projections", name, why)
+
+
+def _raw(t: Optional[torch.Tensor], what: str):
+    return [] if t is None else [to_raw(t, what)[0]]
+
+
+def _arrays(first, first_bias, down, down_bias, first_scales=None, down_scales=None):
+    return _core.ExpertBlockArrays(_raw(first, "gate_up_proj"), _raw(first_scales, "scales"),
+                                   _raw(first_bias, "gate_up_proj_bias"), _raw(down, "down_proj"),
+                                   _raw(down_scales, "scales"), _raw(down_bias, "down_proj_bias"))
+
+
+def _block_forward(spec: Dict[str, Any], hidden, index, routing, first, first_bias, down,
+                   down_bias, save: bool):
+    h_raw, h_kind = to_raw(hidden, "hidden_states")
+    r_raw, r_kind = to_raw(routing, "top_k_weights")
+    return _core.expert_block_forward(
+        h_raw, h_kind, to_raw(index, "top_k_index")[0], r_raw, r_kind,
+        _arrays(first, first_bias, down, down_bias, spec["first_scales"], spec["down_scales"]),
+        spec["weight_dtype"], None, spec["transposed"], spec["gate"], save, "torch")
+
+
+class _ExpertBlockFunction(torch.autograd.Function):
+    """The C++ expert block for autograd: its forward keeps the routing and the two projections'
+    outputs; its backward gives d hidden, d top_k_weights and the parameters' gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, spec: Dict[str, Any], hidden: torch.Tensor, index: torch.Tensor,
+                routing: torch.Tensor, first: torch.Tensor, first_bias: Optional[torch.Tensor],
+                down: torch.Tensor, down_bias: Optional[torch.Tensor]) -> torch.Tensor:
+        out, saved = _block_forward(spec, hidden, index, routing, first, first_bias, down,
+                                    down_bias, True)
+        ctx.spec = spec
+        ctx.core_saved = saved
+        ctx.save_for_backward(hidden, routing, first, first_bias, down, down_bias)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, d_out: torch.Tensor) -> Any:
+        hidden, routing, first, first_bias, down, down_bias = ctx.saved_tensors
+        spec = ctx.spec
+        needs = ctx.needs_input_grad
+        wanted = (bool(needs[1]), bool(needs[3]),
+                  bool(needs[4] or needs[6]) and spec["weight_dtype"] is None,
+                  bool(needs[5] or needs[7]))
+        h_raw, h_kind = to_raw(hidden, "hidden_states")
+        r_raw, r_kind = to_raw(routing, "top_k_weights")
+        d_raw, _ = to_raw(d_out.to(hidden.dtype), "d_out")
+        grads = _core.expert_block_backward(
+            d_raw, h_raw, h_kind, r_raw, r_kind,
+            _arrays(first, first_bias, down, down_bias, spec["first_scales"], spec["down_scales"]),
+            spec["weight_dtype"], None, spec["transposed"], spec["gate"], ctx.core_saved, wanted,
+            "torch")
+        ctx.core_saved = None  # a second backward through the same graph is torch's error
+        d_hidden, d_routing, d_first, d_first_bias, d_down, d_down_bias = grads
+        return (None, d_hidden, None, d_routing, d_first if needs[4] else None,
+                d_first_bias if needs[5] else None, d_down if needs[6] else None,
+                d_down_bias if needs[7] else None)
 
 
 def _weight(module: Any, name: str) -> torch.Tensor:
-    """The module's stacked weight `name` as [N, out, in]."""
+    """The module's stacked weight `name` as [N, out, in] (a view: copied by the Python path)."""
     w = getattr(module, name)
     return w.transpose(1, 2) if module.is_transposed else w
 
 
-def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
-                    top_k_weights: torch.Tensor) -> torch.Tensor:
-    """The experts of one MoE layer for transformers' ``ExpertsInterface``: hidden_states
-    [T, H], top_k_index and top_k_weights [T, K]; returns [T, H] in hidden_states' dtype."""
-    if hidden_states.device.type != "cpu":
-        raise RuntimeError(f"grouplin experts of {type(self).__name__}: hidden_states are on "
-                           f"{hidden_states.device}; GroupLin runs on CPU tensors")
+def _python_gate_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                         top_k_weights: torch.Tensor) -> torch.Tensor:
+    """GroupLin's grouped GEMM for both projections, the module's own gate and norm between and
+    after them in Python, the combine in F32 (as transformers' grouped_mm)."""
     num_tokens, hidden = hidden_states.shape
     top_k = top_k_index.shape[-1]
     experts = self.num_experts
@@ -63,12 +226,42 @@ def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
                          self.down_proj_bias if self.has_bias else None)
     if self.has_post_expert_norm:
         out = self.post_expert_norm(out)
-
-    # Each token's experts summed in F32, in the order of its top-k slots.
     weighted = out.float() * top_k_weights.reshape(-1)[picked].float().unsqueeze(-1)
     slots = torch.zeros(num_tokens * top_k, hidden, dtype=torch.float32)
     slots = slots.index_copy(0, picked, weighted)
     return slots.view(num_tokens, top_k, hidden).sum(dim=1).to(hidden_states.dtype)
+
+
+def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
+    """The experts of one MoE layer for transformers' ``ExpertsInterface``: hidden_states
+    [T, H], top_k_index and top_k_weights [T, K]; returns [T, H] in hidden_states' dtype."""
+    if hidden_states.device.type != "cpu":
+        raise RuntimeError(f"grouplin experts of {type(self).__name__}: hidden_states are on "
+                           f"{hidden_states.device}; GroupLin runs on CPU tensors")
+    gate = gate_of(self)
+    if gate is None or self.has_post_expert_norm:
+        _say_once(self, "a post-expert norm" if gate is not None else
+                  "its gate is none GroupLin runs in C++")
+        return _python_gate_forward(self, hidden_states, top_k_index, top_k_weights)
+    first_name = "gate_up_proj" if self.has_gate else "up_proj"
+    first, down = getattr(self, first_name), self.down_proj
+    first_bias = getattr(self, first_name + "_bias") if self.has_bias else None
+    down_bias = self.down_proj_bias if self.has_bias else None
+    hidden = hidden_states.to(first.dtype)
+    routing = top_k_weights
+    if routing.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        routing = routing.float()
+    spec = {"gate": gate, "transposed": bool(self.is_transposed), "weight_dtype": None,
+            "first_scales": None, "down_scales": None}
+    tensors = (hidden, routing, first, first_bias, down, down_bias)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        out = _ExpertBlockFunction.apply(spec, hidden, top_k_index, routing, first, first_bias,
+                                         down, down_bias)
+    else:
+        out, _ = _block_forward(spec, hidden, top_k_index, routing, first, first_bias, down,
+                                down_bias, False)
+    return out.to(hidden_states.dtype)
 
 
 def register() -> str:

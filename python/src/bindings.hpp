@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "grouplin/grouped_gemm.hpp"
 #include "grouplin/layout_rules.hpp"
 #include "grouplin/state_dict.hpp"
 
@@ -25,6 +26,7 @@ void bind_errors(nb::module_& m);
 void bind_files(nb::module_& m);
 void bind_layer(nb::module_& m);
 void bind_gemm(nb::module_& m);
+void bind_block(nb::module_& m);
 
 // Rule sets by name (builtin_rule_names) or from a JSON file; empty: detected.
 std::vector<LayoutRules> rules_from_names(const std::vector<std::string>& names);
@@ -35,6 +37,14 @@ std::vector<LayoutRules> rules_from_names(const std::vector<std::string>& names)
 StateDict state_dict_from_arrays(const std::vector<std::string>& names,
                                  const std::vector<InArray>& arrays,
                                  const std::vector<std::optional<std::string>>& dtypes);
+
+// The experts from lists of arrays: one stacked [N, out, in] weight or N per-expert [out, in]
+// weights; scales ([N, r, c] or N [r, c]) and biases ([N, out] or N [out]) alike, or empty.
+ExpertWeights experts_from_arrays(const std::vector<InArray>& weights,
+                                  const std::optional<std::string>& weight_dtype,
+                                  const std::vector<InArray>& scales,
+                                  const std::vector<InArray>& biases,
+                                  const std::optional<std::string>& bias_dtype);
 
 // [(name, dtype name, array viewing the tensor)] in the dict's order.
 nb::list arrays_from_state_dict(const StateDict& tensors, Framework framework);

@@ -10,14 +10,12 @@
 #include "grouplin/grouped_gemm.hpp"
 
 namespace grouplin::python {
-namespace {
 
-// The experts from lists of arrays: one stacked [N, out, in] weight or N per-expert [out, in]
-// weights; scales ([N, r, c] or N [r, c]) and biases ([N, out] or N [out]) alike, or empty.
-ExpertWeights experts(const std::vector<InArray>& weights,
-                      const std::optional<std::string>& weight_dtype,
-                      const std::vector<InArray>& scales, const std::vector<InArray>& biases,
-                      const std::optional<std::string>& bias_dtype) {
+ExpertWeights experts_from_arrays(const std::vector<InArray>& weights,
+                                  const std::optional<std::string>& weight_dtype,
+                                  const std::vector<InArray>& scales,
+                                  const std::vector<InArray>& biases,
+                                  const std::optional<std::string>& bias_dtype) {
   auto tensors = [](const std::vector<InArray>& arrays, const std::optional<std::string>& dtype,
                     const char* what) {
     std::vector<Tensor> out;
@@ -37,6 +35,8 @@ ExpertWeights experts(const std::vector<InArray>& weights,
                        per_expert(tensors(biases, bias_dtype, "bias"), 2)};
 }
 
+namespace {
+
 nb::object forward(const InArray& x, const std::optional<std::string>& x_dtype,
                    const std::vector<int64_t>& m_splits, const std::vector<InArray>& weight,
                    const std::optional<std::string>& weight_dtype,
@@ -44,7 +44,7 @@ nb::object forward(const InArray& x, const std::optional<std::string>& x_dtype,
                    const std::optional<std::string>& bias_dtype, const std::string& framework) {
   const Framework f = framework_from_name(framework);
   const Tensor in = tensor_from_array(x, x_dtype, "x");
-  const ExpertWeights w = experts(weight, weight_dtype, scales, bias, bias_dtype);
+  const ExpertWeights w = experts_from_arrays(weight, weight_dtype, scales, bias, bias_dtype);
   Tensor y;
   {
     nb::gil_scoped_release unlocked;
@@ -62,7 +62,7 @@ nb::tuple backward(const InArray& x, const std::optional<std::string>& x_dtype, 
   const Framework f = framework_from_name(framework);
   const Tensor in = tensor_from_array(x, x_dtype, "x");
   const Tensor grad = tensor_from_array(dy, x_dtype, "dy");
-  const ExpertWeights w = experts(weight, weight_dtype, scales, bias, bias_dtype);
+  const ExpertWeights w = experts_from_arrays(weight, weight_dtype, scales, bias, bias_dtype);
   GroupedGrads g;
   {
     nb::gil_scoped_release unlocked;

@@ -13,6 +13,7 @@ NB_MODULE(_core, m) {
   bind_files(m);
   bind_layer(m);
   bind_gemm(m);
+  bind_block(m);
   // Frameworks that keep objects until the process ends (torch's autograd graphs, a layer held
   // by a module-level variable) would make nanobind list them as leaks at exit: noise, not bugs.
   nanobind::set_leak_warnings(false);

@@ -40,6 +40,12 @@ Storage::~Storage() {
 }
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
+  std::shared_ptr<Storage> s = allocate_uninitialized(nbytes);
+  std::memset(s->data_, 0, s->size_);
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::allocate_uninitialized(size_t nbytes) {
   // aligned_alloc wants a size that is a multiple of the alignment, and never 0.
   size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
   if (rounded < nbytes)
@@ -57,7 +63,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   void* p = std::aligned_alloc(huge ? kHugePage : kStorageAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
   if (huge) madvise(p, rounded, MADV_HUGEPAGE);
-  std::memset(p, 0, rounded);
+  // The padding past nbytes is zeroed either way: it is never anyone's output.
+  std::memset(static_cast<std::byte*>(p) + nbytes, 0, rounded - nbytes);
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   g_allocated_bytes.fetch_add(nbytes, std::memory_order_relaxed);
   return std::shared_ptr<Storage>(

@@ -54,6 +54,11 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   return view_of(Storage::allocate(nbytes), 0, shape, dtype);
 }
 
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  size_t nbytes = checked_nbytes(shape_numel(shape), dtype, shape);
+  return view_of(Storage::allocate_uninitialized(nbytes), 0, shape, dtype);
+}
+
 Tensor Tensor::from_f32(const Shape& shape, std::span<const float> values, DType dtype) {
   Tensor t = zeros(shape, dtype);
   if (static_cast<int64_t>(values.size()) != t.numel()) {

@@ -63,18 +63,8 @@ bool overlap(const Tensor& a, const Tensor& b) {
   return pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
 
-}  // namespace detail
-
-namespace {
-
-// The experts' shapes and dtypes, checked once: N, out, in, the weights' dtype.
-struct Shapes {
-  int64_t n = 0, out = 0, in = 0;
-  DType dtype = DType::F32;
-};
-
-Shapes check_weights(const char* op, const ExpertWeights& w) {
-  Shapes s;
+ExpertShapes check_experts(const char* op, const ExpertWeights& w) {
+  ExpertShapes s;
   s.n = static_cast<int64_t>(w.weights.size());
   if (s.n == 0) {
     throw Error(ErrorCode::InvalidArgument, std::string(op) + ": no experts (weights is empty)");
@@ -122,8 +112,7 @@ Shapes check_weights(const char* op, const ExpertWeights& w) {
   return s;
 }
 
-// The activations' dtype beside these weights: their own, or F32 or BF16 beside FP8.
-DType check_activations(const char* op, const Shapes& s, const Tensor& x) {
+DType check_activations(const char* op, const ExpertShapes& s, const Tensor& x) {
   if (!x.defined()) throw Error(ErrorCode::UndefinedTensor, std::string(op) + ": x is undefined");
   const DType a = s.dtype == DType::F8_E4M3 && x.dtype() == DType::F32 ? DType::F32
                   : s.dtype == DType::F8_E4M3                          ? DType::BF16
@@ -132,7 +121,7 @@ DType check_activations(const char* op, const Shapes& s, const Tensor& x) {
   return a;
 }
 
-void check_biases(const char* op, const ExpertWeights& w, const Shapes& s, DType a) {
+void check_biases(const char* op, const ExpertWeights& w, const ExpertShapes& s, DType a) {
   for (size_t i = 0; i < w.biases.size(); ++i) {
     const Tensor& b = w.biases[i];
     const std::string what = std::string(op) + ": biases[" + std::to_string(i) + "]";
@@ -147,6 +136,18 @@ void check_biases(const char* op, const ExpertWeights& w, const Shapes& s, DType
                                                 ", expected " + std::string(dtype_name(a)));
     }
   }
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::check_activations;
+using detail::check_biases;
+using Shapes = detail::ExpertShapes;
+
+Shapes check_weights(const char* op, const ExpertWeights& w) {
+  return detail::check_experts(op, w);
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+// Private: the memory for the expert block's intermediates that never leave a call (the gathered
+// rows, the gate's output, their gradients). A fresh heap tensor of tens of megabytes costs its
+// page faults on every call (a third of a Qwen3-30B-A3B layer's forward at 512 tokens, measured
+// by perf: docs/PERFORMANCE.md); a buffer kept per calling thread costs them once.
+#pragma once
+
+#include <cstddef>
+
+#include "grouplin/tensor.hpp"
+
+namespace grouplin::block {
+
+// Carves tensors out of this thread's buffer, grown to at least `bytes` (kept, at its largest
+// size so far, until the thread ends). While one Workspace lives on a thread, another on the
+// same thread takes fresh heap tensors instead. Its tensors must not outlive it.
+class Workspace {
+ public:
+  explicit Workspace(size_t bytes);
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  // The next [shape] of `dtype`, contents unspecified, 64-byte aligned.
+  Tensor take(const Shape& shape, DType dtype);
+
+  // The bytes take(shape, dtype) uses, alignment included.
+  static size_t bytes_for(const Shape& shape, DType dtype);
+
+ private:
+  std::byte* base_ = nullptr;  // null: this thread's buffer is in use, heap tensors instead
+  size_t used_ = 0, size_ = 0;
+};
+
+}  // namespace grouplin::block
