@@ -30,7 +30,7 @@ from . import _core
 from ._dtypes import to_raw
 from .torch import grouped_linear
 
-__all__ = ["NAME", "register", "experts_forward", "gate_of"]
+__all__ = ["NAME", "register", "experts_forward", "gate_of", "use_fp8_experts"]
 
 NAME = "grouplin"
 _log = logging.getLogger(__name__)
@@ -232,28 +232,60 @@ def _python_gate_forward(self: Any, hidden_states: torch.Tensor, top_k_index: to
     return slots.view(num_tokens, top_k, hidden).sum(dim=1).to(hidden_states.dtype)
 
 
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+_BLOCK = 128
+
+
+def _fp8_scales(module: Any, name: str, weight: torch.Tensor) -> torch.Tensor:
+    """The F32 128 x 128 block scales of the FP8 weight `name`, checked against its shape."""
+    scales = getattr(module, name + "_scale_inv", None)
+    experts, rows, cols = weight.shape
+    want = (experts, -(-rows // _BLOCK), -(-cols // _BLOCK))
+    block = getattr(module, "block_size", None)
+    if (scales is None or scales.dtype != torch.float32 or tuple(scales.shape) != want
+            or (block is not None and tuple(block) != (_BLOCK, _BLOCK))):
+        found = ("none" if scales is None else f"{scales.dtype} {tuple(scales.shape)}") + (
+            f", block_size {tuple(block)}" if block is not None else "")
+        raise RuntimeError(f"grouplin experts of {type(module).__name__}: {name} is FP8 and "
+                           f"needs F32 scales {name}_scale_inv of shape {want} (128 x 128 "
+                           f"blocks); found {found}")
+    return scales
+
+
 def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
-    """The experts of one MoE layer for transformers' ``ExpertsInterface``: hidden_states
-    [T, H], top_k_index and top_k_weights [T, K]; returns [T, H] in hidden_states' dtype."""
+    """The experts of one MoE layer for transformers' ``ExpertsInterface`` (and its FP8
+    interface): hidden_states [T, H], top_k_index and top_k_weights [T, K]; returns [T, H] in
+    hidden_states' dtype. FP8 weights (float8_e4m3fn codes beside ``<name>_scale_inv`` F32
+    scales per 128 x 128 block) run as codes, never widened to a copy."""
     if hidden_states.device.type != "cpu":
         raise RuntimeError(f"grouplin experts of {type(self).__name__}: hidden_states are on "
                            f"{hidden_states.device}; GroupLin runs on CPU tensors")
+    first_name = "gate_up_proj" if self.has_gate else "up_proj"
+    first, down = getattr(self, first_name), self.down_proj
+    fp8 = _FP8 is not None and first.dtype == _FP8
     gate = gate_of(self)
     if gate is None or self.has_post_expert_norm:
+        if fp8:
+            raise RuntimeError(f"grouplin experts of {type(self).__name__}: FP8 weights need a "
+                               "gate GroupLin runs in C++ and no post-expert norm")
         _say_once(self, "a post-expert norm" if gate is not None else
                   "its gate is none GroupLin runs in C++")
         return _python_gate_forward(self, hidden_states, top_k_index, top_k_weights)
-    first_name = "gate_up_proj" if self.has_gate else "up_proj"
-    first, down = getattr(self, first_name), self.down_proj
     first_bias = getattr(self, first_name + "_bias") if self.has_bias else None
     down_bias = self.down_proj_bias if self.has_bias else None
-    hidden = hidden_states.to(first.dtype)
+    spec = {"gate": gate, "transposed": bool(self.is_transposed), "weight_dtype": None,
+            "first_scales": None, "down_scales": None}
+    if fp8:
+        spec.update(weight_dtype="F8_E4M3", first_scales=_fp8_scales(self, first_name, first),
+                    down_scales=_fp8_scales(self, "down_proj", down))
+        hidden = hidden_states if hidden_states.dtype in (torch.float32, torch.bfloat16) \
+            else hidden_states.to(torch.bfloat16)
+    else:
+        hidden = hidden_states.to(first.dtype)
     routing = top_k_weights
     if routing.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         routing = routing.float()
-    spec = {"gate": gate, "transposed": bool(self.is_transposed), "weight_dtype": None,
-            "first_scales": None, "down_scales": None}
     tensors = (hidden, routing, first, first_bias, down, down_bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         out = _ExpertBlockFunction.apply(spec, hidden, top_k_index, routing, first, first_bias,
@@ -264,11 +296,88 @@ def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
     return out.to(hidden_states.dtype)
 
 
+def _experts_modules(model: Any):
+    for prefix, module in model.named_modules():
+        if hasattr(module, "has_gate") and hasattr(module, "_apply_gate") and \
+                hasattr(module, "down_proj"):
+            yield prefix, module
+
+
+def _fp8_pair(checkpoint: Any, prefix: str, module: Any, name: str):
+    """Codes [E, out, in] and scales of the module's projection `name` ("gate_up_proj",
+    "up_proj" or "down_proj") from the checkpoint: fused (``<prefix>.<name>`` and
+    ``<name>_scale_inv``) or per expert (``<prefix>.<e>.gate_proj.weight`` and its
+    ``weight_scale_inv``, ...; gate and up stacked into one gate_up)."""
+    fused = f"{prefix}.{name}"
+    if fused in checkpoint and fused + "_scale_inv" in checkpoint:
+        return checkpoint[fused], checkpoint[fused + "_scale_inv"]
+    parts = {"gate_up_proj": ("gate_proj", "up_proj")}.get(name, (name,))
+    codes, scales = [], []
+    for e in range(module.num_experts):
+        names = [f"{prefix}.{e}.{part}.weight" for part in parts]
+        missing = [n for n in names + [n + "_scale_inv" for n in names] if n not in checkpoint]
+        if missing:
+            raise ValueError(f"grouplin.transformers.use_fp8_experts: {prefix} "
+                             f"({type(module).__name__}): the checkpoint has neither {fused} "
+                             f"with {fused}_scale_inv nor {missing[0]}")
+        if len(parts) == 2:
+            rows = checkpoint[names[0]].shape[0]
+            if rows % _BLOCK:
+                raise ValueError(f"grouplin.transformers.use_fp8_experts: {prefix}: gate_proj has "
+                                 f"{rows} rows, not a multiple of {_BLOCK}: a 128 x 128 scale "
+                                 "block would span gate and up rows; run these experts as "
+                                 "dequantized values instead")
+        codes.append(torch.cat([checkpoint[n] for n in names]))
+        scales.append(torch.cat([checkpoint[n + "_scale_inv"] for n in names]))
+    return torch.stack(codes), torch.stack(scales)
+
+
+def use_fp8_experts(model: Any, checkpoint: Any) -> int:
+    """Replaces the expert weights of every experts module of ``model`` by the FP8 codes and
+    128 x 128 F32 scales of ``checkpoint`` (a path GroupLin reads: a file or a directory of
+    shards, Hub per-expert names or transformers' fused ones): the experts then run as FP8 in
+    GroupLin's expert block (no BF16 copy kept), for inference (FP8 weights take no gradient).
+    transformers dequantizes a fine-grained FP8 model to BF16 on a CPU; this keeps its experts'
+    bytes at the FP8 size. Returns the number of modules changed; raises ValueError naming the
+    module and the tensor when the checkpoint lacks one, or its shape differs."""
+    if _FP8 is None:
+        raise RuntimeError("grouplin.transformers.use_fp8_experts needs torch with float8_e4m3fn")
+    from .torch import load
+    tensors = load(checkpoint)
+    changed = 0
+    for prefix, module in _experts_modules(model):
+        if module.is_transposed:
+            raise ValueError(f"grouplin.transformers.use_fp8_experts: {prefix}: FP8 experts "
+                             "stored transposed are not supported")
+        for name in ("gate_up_proj" if module.has_gate else "up_proj", "down_proj"):
+            codes, scales = _fp8_pair(tensors, prefix, module, name)
+            current = getattr(module, name)
+            if codes.dtype != _FP8 or tuple(codes.shape) != tuple(current.shape):
+                raise ValueError(f"grouplin.transformers.use_fp8_experts: {prefix}.{name}: the "
+                                 f"checkpoint's is {codes.dtype} {tuple(codes.shape)}, expected "
+                                 f"float8_e4m3fn {tuple(current.shape)}")
+            delattr(module, name)
+            module.register_buffer(name, codes.contiguous())
+            module.register_buffer(name + "_scale_inv", scales.float().contiguous())
+            _fp8_scales(module, name, codes)
+        changed += 1
+    if changed == 0:
+        raise ValueError("grouplin.transformers.use_fp8_experts: the model has no experts module "
+                         "that transformers decorates")
+    return changed
+
+
 def register() -> str:
     """Registers ``experts_forward`` under the name "grouplin" in transformers'
-    ``ExpertsInterface``; idempotent. Returns the name."""
+    ``ExpertsInterface`` and, where transformers has it, its ``FP8ExpertsInterface``;
+    idempotent. Returns the name."""
     from transformers.integrations.moe import ExpertsInterface
     ExpertsInterface.register(NAME, experts_forward)
+    try:
+        from transformers.integrations.finegrained_fp8 import FP8ExpertsInterface
+    except ImportError:  # a transformers without FP8 experts
+        return NAME
+    FP8ExpertsInterface.register(NAME, experts_forward)
     return NAME
 
 
