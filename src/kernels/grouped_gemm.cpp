@@ -26,11 +26,11 @@ constexpr TileShape kOuterTile = {
 constexpr TileShape kForwardTile = kOuterTile;
 constexpr TileShape kDgradTile = kOuterTile;
 // dgrad of experts with at most kDirectMaxRows rows (unpacked, weight-streaming): wide tiles, so
-// that each weight row is read whole, in one contiguous run (32 experts of 1792 x 512, weights
-// cold, GF/s with tiles of 1024 / 2048 columns: F32 1 row 11.1 / 18.3, 4 rows 27.2 / 40.8; BF16
-// 1 row 13.4 / 34.5, 2 rows 20.7 / 63.6).
+// that each weight row is read whole, in one contiguous run (docs/PERFORMANCE.md: 1024 columns
+// ran at a third to a half of 2048; 8192 took gpt-oss's transposed weights, rows of 5760, from
+// 17 to 30 GB/s).
 constexpr TileShape kDgradDirectTile = {
-    .rows = kDirectMaxRows, .cols = 2048, .row_align = 1, .col_align = kOuterCols};
+    .rows = kDirectMaxRows, .cols = 8192, .row_align = 1, .col_align = kOuterCols};
 constexpr TileShape kWgradTile = kOuterTile;
 // bgrad: whole rows of dy (contiguous, so they stream); splitting columns between threads
 // measured 2-3x slower (partial rows defeat the prefetchers). Rows are summed in order, so one
