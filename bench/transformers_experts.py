@@ -12,7 +12,9 @@ random (seeded), routing weights softmaxed. Backend "grouplin-fp8" is GroupLin o
 weights quantized to FP8 per 128 x 128 block (codes and scales in the module, as
 grouplin.transformers.use_fp8_experts leaves them). A backend is timed only where one call takes
 under --limit seconds (its first call decides). Prints a markdown table of milliseconds per call
-and GroupLin's ratio to the best transformers backend.
+and GroupLin's ratio to the best transformers backend; with --stream, a second table of the
+weight bytes each forward must read and GroupLin's rate against a same-run streaming read of them
+(torch summing them as int64 on its threads).
 """
 import argparse
 import copy
@@ -78,6 +80,24 @@ def inputs(config, e, k, tokens, grad):
     return h, index, weights
 
 
+def stream_reader(layer, index, experts):
+    """A function reading once, on torch's threads, the weight bytes a call with `index` must
+    read (the experts it hits), and how many bytes that is: the same run's streaming rate."""
+    hit = torch.unique(index[index < experts]).tolist()
+    first = layer.gate_up_proj if layer.has_gate else layer.up_proj
+    weights = [first.detach(), layer.down_proj.detach()]
+
+    def read():
+        for w in weights:
+            if len(hit) == w.shape[0]:
+                w.view(torch.int64).sum()
+            else:
+                for i in hit:
+                    w[i].view(torch.int64).sum()
+
+    return read, sum(w[0].numel() * w.element_size() for w in weights) * len(hit)
+
+
 def call(layers, impl, h, index, weights, backward):
     layer = layers[impl]
     layer.config._experts_implementation = impl.split("-")[0]
@@ -98,6 +118,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--limit", type=float, default=10.0)
     ap.add_argument("--backends", default="eager,grouped_mm,grouplin")
+    ap.add_argument("--stream", action="store_true",
+                    help="also time a streaming read of the hit experts' weights (forward rows)")
     args = ap.parse_args()
     import grouplin.transformers  # noqa: F401  (registers "grouplin")
     layer, config, e, k = experts_layer(args.shape)
@@ -117,6 +139,7 @@ def main():
     print("| tokens | pass | " + " | ".join(backends) + " | grouplin vs best other |" +
           (" fp8 vs grouplin |" if fp8 else ""))
     print("|---|---|" + "---|" * len(backends) + "---|" + ("---|" if fp8 else ""))
+    streams = []
     for tokens, backward in cases:
         h, index, weights = inputs(config, e, k, tokens, backward)
         best = {}
@@ -130,6 +153,21 @@ def main():
                 t0 = time.perf_counter()
                 call(layers, b, h, index, weights, backward)
                 best[b] = min(best[b], time.perf_counter() - t0)
+        if args.stream and not backward:
+            read, nbytes = stream_reader(layer, index, e)
+            read()
+            t_read = float("inf")
+            for _ in range(args.rounds):
+                t0 = time.perf_counter()
+                read()
+                t_read = min(t_read, time.perf_counter() - t0)
+            # Each backend's own weight bytes (FP8: half of BF16's, the scales besides).
+            rates = {b: stream_reader(layers[b], index, e)[1] / best[b] / 1e9 for b in best
+                     if b.startswith("grouplin")}
+            streams.append(f"| {tokens} | {nbytes / 1e6:.0f} | {t_read * 1e3:.1f} "
+                           f"({nbytes / t_read / 1e9:.1f}) | " +
+                           ", ".join(f"{b} {r:.1f} ({r / (nbytes / t_read / 1e9):.2f}x)"
+                                     for b, r in rates.items()) + " |")
         cells = [f"{best[b] * 1e3:.1f}" if b in best else "—" for b in backends]
         others = [best[b] for b in best if not b.startswith("grouplin")]
         ratio = (f"{min(others) / best['grouplin']:.2f}x" if others and "grouplin" in best
@@ -139,6 +177,11 @@ def main():
                       if "grouplin" in best and "grouplin-fp8" in best else " | —")
         print(f"| {tokens} | {'fwd+bwd' if backward else 'fwd'} | " + " | ".join(cells) +
               f" | {ratio} |", flush=True)
+    if streams:
+        print("\n| tokens | weight MB read | streaming read ms (GB/s) | GroupLin GB/s (of the "
+              "streaming rate) |")
+        print("|---|---|---|---|")
+        print("\n".join(streams))
 
 
 if __name__ == "__main__":
