@@ -89,9 +89,9 @@ struct ExpertBlockResult {
 
 // out for hidden [T, H] (F32 or BF16: the weights' dtype; beside FP8 weights, either),
 // top_k_index [T, K] (I64 or I32) and top_k_weights [T, K] (F32, BF16 or F16). Throws, naming
-// the argument: ShapeMismatch, DTypeMismatch, UndefinedTensor, InvalidArgument (a negative
-// expert id, a gate whose first projection has an odd row count, FP8 biases), and what
-// grouped_linear_forward throws for the weights.
+// the argument: ShapeMismatch, DTypeMismatch (biases are in hidden's dtype), UndefinedTensor,
+// InvalidArgument (a negative expert id, a gate whose first projection has an odd row count),
+// and what grouped_linear_forward throws for the weights.
 ExpertBlockResult expert_block_forward(const Tensor& hidden, const Tensor& top_k_index,
                                        const Tensor& top_k_weights, const ExpertBlockWeights& w,
                                        const ExpertGate& gate, bool save = false);

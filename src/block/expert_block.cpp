@@ -157,10 +157,28 @@ std::vector<Tensor> stacked_views(Tensor& t) {
   return views;
 }
 
+// y[row] += the bias of the row's expert (an F32 sum, rounded to y's dtype, which the biases
+// share).
+template <class T>
+void add_biases(const block::Routing& r, const ExpertWeights& w, Tensor& y) {
+  std::vector<int64_t> expert_of_row;
+  for (size_t e = 0; e < r.m_splits.size(); ++e) {
+    expert_of_row.insert(expert_of_row.end(), static_cast<size_t>(r.m_splits[e]),
+                         static_cast<int64_t>(e));
+  }
+  const int64_t out = y.dim(1);
+  T* yp = y.mutable_data_as<T>();
+  for_each(y.dim(0), 32, [&](int64_t row) {
+    const size_t e = static_cast<size_t>(expert_of_row[static_cast<size_t>(row)]);
+    const T* b = w.biases[e].data_as<T>();
+    for (int64_t j = 0; j < out; ++j)
+      store(yp + row * out, j, load(yp + row * out, j) + load(b, j));
+  });
+}
+
 // y [R, out] = x · Wᵀ (+ b) for each expert's rows; weights stored [in, out] when transposed.
 void project(const Tensor& x, const block::Routing& r, const ExpertWeights& w, bool transposed,
              Tensor& y) {
-  const int64_t out = y.dim(1);
   if (!transposed) {
     kernels::grouped_forward(x, r.m_splits, w.weights, w.scales, w.biases, y);
     return;
@@ -168,25 +186,10 @@ void project(const Tensor& x, const block::Routing& r, const ExpertWeights& w, b
   // x · Wt is the product dgrad computes for a weight [out', in'] = Wt.
   kernels::grouped_dgrad(x, r.m_splits, w.weights, w.scales, y);
   if (w.biases.empty()) return;
-  std::vector<int64_t> expert_of_row;
-  for (size_t e = 0; e < r.m_splits.size(); ++e) {
-    expert_of_row.insert(expert_of_row.end(), static_cast<size_t>(r.m_splits[e]),
-                         static_cast<int64_t>(e));
-  }
-  auto add = [&](auto* yp, const auto* unused) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(unused)>>;
-    for_each(y.dim(0), 32, [&](int64_t row) {
-      const T* b = w.biases[static_cast<size_t>(expert_of_row[static_cast<size_t>(row)])]
-                       .template data_as<T>();
-      for (int64_t j = 0; j < out; ++j) {
-        store(yp + row * out, j, load(yp + row * out, j) + load(b, j));
-      }
-    });
-  };
   if (y.dtype() == DType::BF16) {
-    add(y.mutable_data_as<uint16_t>(), static_cast<const uint16_t*>(nullptr));
+    add_biases<uint16_t>(r, w, y);
   } else {
-    add(y.mutable_data_as<float>(), static_cast<const float*>(nullptr));
+    add_biases<float>(r, w, y);
   }
 }
 
