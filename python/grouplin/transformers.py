@@ -28,7 +28,7 @@ import torch
 
 from . import _core
 from ._dtypes import to_raw
-from .torch import grouped_linear
+from .torch import _raw_list, grouped_linear
 
 __all__ = ["NAME", "register", "experts_forward", "gate_of", "use_fp8_experts"]
 
@@ -138,7 +138,7 @@ def _say_once(module: Any, why: str) -> None:
 
 
 def _raw(t: Optional[torch.Tensor], what: str):
-    return [] if t is None else [to_raw(t, what)[0]]
+    return _raw_list([t], what)[0]
 
 
 def _arrays(first, first_bias, down, down_bias, first_scales=None, down_scales=None):

@@ -8,11 +8,11 @@
 
 #include "block/gate.hpp"
 #include "block/routing.hpp"
+#include "block/row_loops.hpp"
 #include "block/workspace.hpp"
 #include "grouplin/dtype.hpp"
 #include "grouplin/error.hpp"
 #include "kernels/grouped_gemm.hpp"
-#include "kernels/thread_pool.hpp"
 #include "nn/grouped_args.hpp"
 
 namespace grouplin {
@@ -98,12 +98,10 @@ Sizes check(const char* op, const Tensor& hidden, const Tensor* top_k_index,
   return s;
 }
 
-// Element access for the activations' two dtypes and the routing weights' three.
-float load(const float* p, int64_t i) { return p[i]; }
-float load(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
-void store(float* p, int64_t i, float v) { p[i] = v; }
-void store(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+using block::load;
+using block::store;
 
+// Element access for the routing weights' three dtypes.
 float routing_weight(const Tensor& w, int64_t slot) {
   switch (w.dtype()) {
     case DType::BF16:
@@ -128,23 +126,12 @@ void store_routing(Tensor& w, int64_t slot, float v) {
   }
 }
 
-// Runs fn(i) for every i in [0, count) in blocks on the kernels' threads.
-template <class Fn>
-void for_each(int64_t count, int64_t block, Fn fn) {
-  const size_t blocks = static_cast<size_t>((count + block - 1) / block);
-  if (blocks == 0) return;
-  kernels::run_tasks(blocks, kernels::workers_for(blocks), [&](size_t b, int) {
-    const int64_t begin = static_cast<int64_t>(b) * block;
-    for (int64_t i = begin; i < std::min(count, begin + block); ++i) fn(i);
-  });
-}
-
 // xs [R, H]: the token row of each routed row.
 void gather(const Tensor& hidden, const block::Routing& r, Tensor& xs) {
   const size_t row_bytes = static_cast<size_t>(hidden.dim(1)) * dtype_size(hidden.dtype());
   const std::byte* from = hidden.data();
   std::byte* to = xs.mutable_data();
-  for_each(r.rows(), 64, [&](int64_t row) {
+  block::for_each_in_blocks(r.rows(), 64, [&](int64_t row) {
     const int64_t token = r.slot_of_row[static_cast<size_t>(row)] / r.top_k;
     std::memcpy(to + static_cast<size_t>(row) * row_bytes,
                 from + static_cast<size_t>(token) * row_bytes, row_bytes);
@@ -168,7 +155,7 @@ void add_biases(const block::Routing& r, const ExpertWeights& w, Tensor& y) {
   }
   const int64_t out = y.dim(1);
   T* yp = y.mutable_data_as<T>();
-  for_each(y.dim(0), 32, [&](int64_t row) {
+  block::for_each_in_blocks(y.dim(0), 32, [&](int64_t row) {
     const size_t e = static_cast<size_t>(expert_of_row[static_cast<size_t>(row)]);
     const T* b = w.biases[e].data_as<T>();
     for (int64_t j = 0; j < out; ++j)
@@ -234,7 +221,7 @@ void combine(const Tensor& y, const Tensor& weights, const block::Routing& r, Te
   const bool round_products = y.dtype() == DType::BF16 && weights.dtype() == DType::BF16;
   const T* yp = y.data_as<T>();
   T* op = out.mutable_data_as<T>();
-  for_each(r.tokens, 4, [&](int64_t t) {
+  block::for_each_in_blocks(r.tokens, 4, [&](int64_t t) {
     std::vector<float> acc(static_cast<size_t>(width), 0.0f);
     for (int64_t k = 0; k < r.top_k; ++k) {
       const int64_t slot = t * r.top_k + k, row = r.row_of_slot[static_cast<size_t>(slot)];
@@ -257,7 +244,7 @@ void spread(const Tensor& d_out, const Tensor& weights, const block::Routing& r,
   const int64_t width = d_out.dim(1);
   const T* gp = d_out.data_as<T>();
   T* dp = dy.mutable_data_as<T>();
-  for_each(r.rows(), 16, [&](int64_t row) {
+  block::for_each_in_blocks(r.rows(), 16, [&](int64_t row) {
     const int64_t slot = r.slot_of_row[static_cast<size_t>(row)];
     const float w = routing_weight(weights, slot);
     const T* g = gp + (slot / r.top_k) * width;
@@ -273,7 +260,7 @@ Tensor routing_weight_grad(const Tensor& d_out, const Tensor& y, const Tensor& w
   const int64_t width = d_out.dim(1);
   const T* gp = d_out.data_as<T>();
   const T* yp = y.data_as<T>();
-  for_each(r.tokens, 16, [&](int64_t t) {
+  block::for_each_in_blocks(r.tokens, 16, [&](int64_t t) {
     for (int64_t k = 0; k < r.top_k; ++k) {
       const int64_t slot = t * r.top_k + k, row = r.row_of_slot[static_cast<size_t>(slot)];
       float sum = 0.0f;
@@ -293,7 +280,7 @@ Tensor gather_back(const Tensor& dxs, const block::Routing& r) {
   Tensor d = Tensor::empty({r.tokens, width}, dxs.dtype());
   const T* sp = dxs.data_as<T>();
   T* dp = d.mutable_data_as<T>();
-  for_each(r.tokens, 4, [&](int64_t t) {
+  block::for_each_in_blocks(r.tokens, 4, [&](int64_t t) {
     std::vector<float> acc(static_cast<size_t>(width), 0.0f);
     for (int64_t k = 0; k < r.top_k; ++k) {
       const int64_t row = r.row_of_slot[static_cast<size_t>(t * r.top_k + k)];

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "block/row_loops.hpp"
 #include "grouplin/dtype.hpp"
-#include "kernels/thread_pool.hpp"
 
 namespace grouplin::block {
 namespace {
@@ -126,24 +126,10 @@ Columns columns(const ExpertGate& g, int64_t width) {
   return {1, width, 1};
 }
 
-float load(const float* p, int64_t i) { return p[i]; }
-float load(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
-void store(float* p, int64_t i, float v) { p[i] = v; }
-void store(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
 float round_as(float, float v) { return v; }
 float round_as(uint16_t, float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
-// Runs fn(row) for every row in blocks on the kernels' threads.
-template <class Fn>
-void for_rows(int64_t rows, Fn fn) {
-  constexpr int64_t kBlock = 32;
-  const size_t blocks = static_cast<size_t>((rows + kBlock - 1) / kBlock);
-  if (blocks == 0) return;
-  kernels::run_tasks(blocks, kernels::workers_for(blocks), [&](size_t b, int) {
-    const int64_t begin = static_cast<int64_t>(b) * kBlock;
-    for (int64_t r = begin; r < std::min(rows, begin + kBlock); ++r) fn(r);
-  });
-}
+constexpr int64_t kRowBlock = 32;
 
 template <class T>
 void forward_rows(const ExpertGate& g, const Tensor& h, Tensor& a) {
@@ -151,7 +137,7 @@ void forward_rows(const ExpertGate& g, const Tensor& h, Tensor& a) {
   const Columns c = columns(g, width);
   const T* hp = h.data_as<T>();
   T* ap = a.mutable_data_as<T>();
-  for_rows(h.dim(0), [&](int64_t r) {
+  for_each_in_blocks(h.dim(0), kRowBlock, [&](int64_t r) {
     const T* row = hp + r * in;
     T* out = ap + r * width;
     for (int64_t j = 0; j < width; ++j) {
@@ -170,7 +156,7 @@ void backward_rows(const ExpertGate& g, const Tensor& h, const Tensor& da, Tenso
   const T* hp = h.data_as<T>();
   const T* dap = da.data_as<T>();
   T* dhp = dh.mutable_data_as<T>();
-  for_rows(h.dim(0), [&](int64_t r) {
+  for_each_in_blocks(h.dim(0), kRowBlock, [&](int64_t r) {
     const T* row = hp + r * in;
     const T* grad = dap + r * width;
     T* out = dhp + r * in;

@@ -1,22 +1,20 @@
 // The per-thread buffer of the expert block (workspace.hpp).
 #include "block/workspace.hpp"
 
-#include <sys/mman.h>
+#include <memory>
 
-#include <cstdlib>
-#include <new>
+#include "grouplin/storage.hpp"
 
 namespace grouplin::block {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr size_t kHugePage = size_t{2} << 20;
 
+// The buffer is a Storage (large ones start on a huge page and are advised for them, as every
+// large storage is); its tensors are views of it.
 struct Buffer {
-  std::byte* data = nullptr;
-  size_t size = 0;
+  std::shared_ptr<Storage> storage;
   bool in_use = false;
-  ~Buffer() { std::free(data); }
 };
 
 thread_local Buffer t_buffer;
@@ -31,30 +29,24 @@ size_t Workspace::bytes_for(const Shape& shape, DType dtype) {
 Workspace::Workspace(size_t bytes) {
   Buffer& b = t_buffer;
   if (b.in_use) return;
-  if (b.size < bytes) {
-    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(kHugePage, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    madvise(p, rounded, MADV_HUGEPAGE);
-    std::free(b.data);
-    b.data = static_cast<std::byte*>(p);
-    b.size = rounded;
+  if (!b.storage || b.storage->size() < bytes) {
+    b.storage.reset();  // the old buffer goes before the new one is taken
+    b.storage = Storage::allocate_uninitialized(bytes);
   }
   b.in_use = true;
-  base_ = b.data;
-  size_ = b.size;
+  storage_ = b.storage;
 }
 
 Workspace::~Workspace() {
-  if (base_ != nullptr) t_buffer.in_use = false;
+  if (storage_) t_buffer.in_use = false;
 }
 
 Tensor Workspace::take(const Shape& shape, DType dtype) {
   const size_t n = bytes_for(shape, dtype);
-  if (base_ == nullptr || used_ + n > size_) return Tensor::empty(shape, dtype);
-  std::byte* p = base_ + used_;
+  if (!storage_ || used_ + n > storage_->size()) return Tensor::empty(shape, dtype);
+  Tensor t = Tensor::view_of(storage_, used_, shape, dtype);
   used_ += n;
-  return Tensor::from_blob(static_cast<void*>(p), shape, dtype);
+  return t;
 }
 
 }  // namespace grouplin::block

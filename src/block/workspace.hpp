@@ -5,14 +5,17 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
+#include "grouplin/storage.hpp"
 #include "grouplin/tensor.hpp"
 
 namespace grouplin::block {
 
 // Carves tensors out of this thread's buffer, grown to at least `bytes` (kept, at its largest
 // size so far, until the thread ends). While one Workspace lives on a thread, another on the
-// same thread takes fresh heap tensors instead. Its tensors must not outlive it.
+// same thread takes fresh heap tensors instead. Its tensors are views of the buffer: used after
+// the Workspace is gone, they would see the next call's values.
 class Workspace {
  public:
   explicit Workspace(size_t bytes);
@@ -27,8 +30,8 @@ class Workspace {
   static size_t bytes_for(const Shape& shape, DType dtype);
 
  private:
-  std::byte* base_ = nullptr;  // null: this thread's buffer is in use, heap tensors instead
-  size_t used_ = 0, size_ = 0;
+  std::shared_ptr<Storage> storage_;  // null: this thread's buffer is in use, heap tensors instead
+  size_t used_ = 0;
 };
 
 }  // namespace grouplin::block
