@@ -26,6 +26,12 @@ class Storage {
   // As allocate, with the bytes left as they are (for outputs that are written whole before any
   // read: clearing them first would be a pass over memory for nothing).
   static std::shared_ptr<Storage> allocate_uninitialized(size_t nbytes);
+  // The memory of large owned storages (2 MiB and more) is kept when they are freed, so that the
+  // next storage of the same size reuses it instead of fresh pages, which the OS clears at first
+  // touch (a layer's weight gradients, allocated every step, paid that on every call). At most
+  // 4 GiB or an eighth of the machine's memory is kept. This frees all of it now and returns the
+  // bytes freed.
+  static size_t release_kept_memory();
   // Borrows [data, data + nbytes) read-only; `owner` is kept alive as long as this storage.
   static std::shared_ptr<Storage> wrap(const std::byte* data, size_t nbytes,
                                        std::shared_ptr<const void> owner);

@@ -8,13 +8,14 @@
 #include <cstring>
 #include <new>
 
+#include "core/large_blocks.hpp"
 #include "core/storage_stats.hpp"
 #include "grouplin/error.hpp"
 
 namespace grouplin {
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
+using detail::kLargeBlock;
 std::atomic<uint64_t> g_allocations{0};
 std::atomic<uint64_t> g_allocated_bytes{0};
 std::atomic<uint64_t> g_copied_bytes{0};
@@ -23,6 +24,22 @@ std::atomic<uint64_t> g_copied_bytes{0};
 std::atomic<uint64_t> g_generation{0};
 
 uint64_t next_generation() { return g_generation.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+// The bytes an owned storage of `nbytes` occupies: whole alignment units (at least one), and for
+// large ones whole huge pages. Throws Error(SizeOverflow) where that does not fit a size_t.
+size_t occupied_bytes(size_t nbytes) {
+  const auto overflow = [&] {
+    return Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
+  };
+  size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
+  if (rounded < nbytes) throw overflow();
+  if (rounded == 0) rounded = kStorageAlignment;
+  if (rounded >= kLargeBlock) {
+    if (rounded > SIZE_MAX - kLargeBlock) throw overflow();
+    rounded = (rounded + kLargeBlock - 1) / kLargeBlock * kLargeBlock;
+  }
+  return rounded;
+}
 
 }  // namespace
 
@@ -36,7 +53,13 @@ Storage::Storage(std::byte* data, size_t size, bool owned, bool writable,
       generation_(next_generation()) {}
 
 Storage::~Storage() {
-  if (owned_) std::free(data_);
+  if (!owned_) return;
+  const size_t occupied = occupied_bytes(size_);
+  if (occupied >= kLargeBlock) {
+    detail::give_back_large_block(data_, occupied);
+  } else {
+    std::free(data_);
+  }
 }
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
@@ -46,23 +69,15 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
 }
 
 std::shared_ptr<Storage> Storage::allocate_uninitialized(size_t nbytes) {
-  // aligned_alloc wants a size that is a multiple of the alignment, and never 0.
-  size_t rounded = (nbytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
-  if (rounded < nbytes)
-    throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
-  if (rounded == 0) rounded = kStorageAlignment;
-  // Large storages (expert weights) start on a 2 MiB boundary and are advised for transparent
-  // huge pages: streaming the weights of many experts then does not walk the page tables every
-  // 4 KiB. The tail is rounded up to whole huge pages (at most 2 MiB more than asked).
-  const bool huge = rounded >= kHugePage;
-  if (huge) {
-    if (rounded > SIZE_MAX - kHugePage)
-      throw Error(ErrorCode::SizeOverflow, "allocating " + std::to_string(nbytes) + " bytes");
-    rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
-  }
-  void* p = std::aligned_alloc(huge ? kHugePage : kStorageAlignment, rounded);
+  // aligned_alloc wants a size that is a multiple of the alignment, and never 0. Large storages
+  // (expert weights, their gradients) take whole huge pages on a 2 MiB boundary, advised for
+  // transparent huge pages (streaming the weights of many experts then does not walk the page
+  // tables every 4 KiB), and their memory is kept for the next storage of that size when they
+  // are freed (core/large_blocks.hpp).
+  const size_t rounded = occupied_bytes(nbytes);
+  void* p = rounded >= kLargeBlock ? detail::take_large_block(rounded)
+                                   : std::aligned_alloc(kStorageAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  if (huge) madvise(p, rounded, MADV_HUGEPAGE);
   // The padding past nbytes is zeroed either way: it is never anyone's output.
   std::memset(static_cast<std::byte*>(p) + nbytes, 0, rounded - nbytes);
   g_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -70,6 +85,8 @@ std::shared_ptr<Storage> Storage::allocate_uninitialized(size_t nbytes) {
   return std::shared_ptr<Storage>(
       new Storage(static_cast<std::byte*>(p), nbytes, true, true, nullptr));
 }
+
+size_t Storage::release_kept_memory() { return detail::release_large_blocks(); }
 
 std::shared_ptr<Storage> Storage::wrap(const std::byte* data, size_t nbytes,
                                        std::shared_ptr<const void> owner) {

@@ -385,23 +385,29 @@ GROUPLIN_AVX2 void pack_pairs_avx2(const uint16_t* src, int64_t ld, int rows, in
 // 128-bit halves, so one lane swap puts the columns back in order), one panel row per store.
 // Ragged panels (fewer than 16 columns) and a last row without its pair go through the portable
 // loop's rule, scalar.
-GROUPLIN_AVX2 void pack_pair_rows_avx2(const uint16_t* src, int64_t ld, int64_t depth, int cols,
-                                       uint32_t* dst) {
-  int64_t r = 0;
-  if (cols == kOuterCols) {
-    for (; 2 * r + 1 < depth; ++r) {
-      const uint16_t* even = src + 2 * r * ld;
-      const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even));
-      const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + ld));
+GROUPLIN_AVX2 void pack_pair_rows_avx2(const uint16_t* src, int64_t ld, int64_t depth, int64_t cols,
+                                       uint32_t* dst, int64_t dst_strip) {
+  const int64_t full = cols / kOuterCols;  // whole panels; the ragged last one and an odd
+  int64_t r = 0;                           // last row go through the portable loop
+  for (; 2 * r + 1 < depth; ++r) {
+    const uint16_t* even = src + 2 * r * ld;
+    for (int64_t s = 0; s < full; ++s) {
+      const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + 16 * s));
+      const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + ld + 16 * s));
       const __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
-      auto* out = reinterpret_cast<__m256i*>(dst + r * kOuterCols);
+      auto* out = reinterpret_cast<__m256i*>(dst + s * dst_strip + r * kOuterCols);
       _mm256_storeu_si256(out, _mm256_permute2x128_si256(lo, hi, 0x20));
       _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
     }
   }
-  if (2 * r < depth) {
-    portable_kernels().pack_pair_rows(src + 2 * r * ld, ld, depth - 2 * r, cols,
-                                      dst + r * kOuterCols);
+  const auto portable = portable_kernels().pack_pair_rows;
+  if (full * kOuterCols < cols) {  // the last panel, every row
+    portable(src + full * kOuterCols, ld, depth, cols - full * kOuterCols, dst + full * dst_strip,
+             dst_strip);
+  }
+  if (2 * r < depth && full > 0) {  // the odd last row of the whole panels
+    portable(src + 2 * r * ld, ld, depth - 2 * r, full * kOuterCols, dst + r * kOuterCols,
+             dst_strip);
   }
 }
 

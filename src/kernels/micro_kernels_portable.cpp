@@ -129,14 +129,18 @@ void pack_pairs_portable(const uint16_t* src, int64_t ld, int rows, int64_t pair
   }
 }
 
-void pack_pair_rows_portable(const uint16_t* src, int64_t ld, int64_t depth, int cols,
-                             uint32_t* dst) {
+void pack_pair_rows_portable(const uint16_t* src, int64_t ld, int64_t depth, int64_t cols,
+                             uint32_t* dst, int64_t dst_strip) {
+  const int64_t panels = (cols + kOuterCols - 1) / kOuterCols;
   for (int64_t r = 0; 2 * r < depth; ++r) {
     const uint16_t* even = src + 2 * r * ld;
     const uint16_t* odd = 2 * r + 1 < depth ? even + ld : nullptr;
-    for (int j = 0; j < kOuterCols; ++j) {
-      const uint32_t high = odd != nullptr && j < cols ? uint32_t{odd[j]} << 16 : 0;
-      dst[r * kOuterCols + j] = j < cols ? even[j] | high : 0;
+    for (int64_t s = 0; s < panels; ++s) {
+      for (int64_t j = 0; j < kOuterCols; ++j) {
+        const int64_t c = s * kOuterCols + j;
+        const uint32_t high = odd != nullptr && c < cols ? uint32_t{odd[c]} << 16 : 0;
+        dst[s * dst_strip + r * kOuterCols + j] = c < cols ? even[c] | high : 0;
+      }
     }
   }
 }

@@ -251,8 +251,10 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
     }
     return;
   }
-  const int64_t calls =
-      (strips + mk.pair_strips - 1) / mk.pair_strips * ((rows + mk.pair_rows - 1) / mk.pair_rows);
+  // Row groups of nearly equal heights (RowPanels): a last group of 1-2 rows costs nearly as
+  // much as a full one.
+  const RowPanels panels_of_rows(rows);
+  const int64_t calls = (strips + mk.pair_strips - 1) / mk.pair_strips * panels_of_rows.count;
   for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
     const int64_t kc = std::min(kOuterDepth, depth - p0);
     const PairA a = a_block(p0, kc);
@@ -264,8 +266,9 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
     if constexpr (kScaled) scales = block_scales(p0, kc);
     for (int64_t j = 0; j < strips; j += mk.pair_strips) {
       const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
-      for (int64_t i = 0; i < rows; i += mk.pair_rows) {
-        const int h = static_cast<int>(std::min<int64_t>(mk.pair_rows, rows - i));
+      for (int64_t q = 0; q < panels_of_rows.count; ++q) {
+        const int64_t i = panels_of_rows.start(q);
+        const int h = panels_of_rows.height(q);
         prefetch.step();
         if constexpr (kScaled) {
           mk.pair_tile_scaled(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,

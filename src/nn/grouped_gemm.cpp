@@ -188,7 +188,7 @@ Tensor grouped_linear_forward(const Tensor& x, std::span<const int64_t> m_splits
                               const ExpertWeights& w) {
   const Shapes s = check_weights("grouped_linear_forward", w);
   const DType a = check_activations("grouped_linear_forward", s, x);
-  Tensor y = Tensor::zeros({x.dim(0), s.out}, a);
+  Tensor y = Tensor::empty({x.dim(0), s.out}, a);
   grouped_linear_forward(x, m_splits, w, y);
   return y;
 }
@@ -224,17 +224,17 @@ GroupedGrads grouped_linear_backward(const Tensor& x, const Tensor& dy,
   }
   GroupedGrads g;
   if (wanted.dx) {
-    g.dx = Tensor::zeros({x.dim(0), s.in}, a);
+    g.dx = Tensor::empty({x.dim(0), s.in}, a);
     kernels::grouped_dgrad(dy, m_splits, w.weights, w.scales, g.dx);
   }
   if (wanted.dw) {
-    g.dw = Tensor::zeros({s.n, s.out, s.in}, s.dtype);
+    g.dw = Tensor::empty({s.n, s.out, s.in}, s.dtype);
     std::vector<Tensor> dw;
     for (int64_t i = 0; i < s.n; ++i) dw.push_back(g.dw.select(i));
     kernels::grouped_wgrad(x, dy, m_splits, dw, /*accumulate=*/false);
   }
   if (wanted.db && !w.biases.empty()) {
-    g.db = Tensor::zeros({s.n, s.out}, a);
+    g.db = Tensor::empty({s.n, s.out}, a);
     std::vector<Tensor> db;
     for (int64_t i = 0; i < s.n; ++i) db.push_back(g.db.select(i));
     kernels::grouped_bgrad(dy, m_splits, db);

@@ -275,7 +275,7 @@ void check_output(const Tensor& out, const Shape& shape, DType dtype, const std:
 
 Tensor GroupedLinear::forward(const Tensor& x, std::span<const int64_t> m_splits) {
   check_forward_args(x, m_splits);
-  Tensor y = Tensor::zeros({x.dim(0), options_.out_features}, activations_);
+  Tensor y = Tensor::empty({x.dim(0), options_.out_features}, activations_);
   forward(x, m_splits, y);
   return y;
 }
@@ -357,7 +357,7 @@ void GroupedLinear::allocate_grads() {
 Tensor GroupedLinear::backward(const Tensor& dy) {
   // An undefined or wrongly shaped dy is reported by the overload before dx is used.
   const int64_t t = has_saved_ ? saved_x_.dim(0) : 0;
-  Tensor dx = Tensor::zeros({t, options_.in_features}, activations_);
+  Tensor dx = Tensor::empty({t, options_.in_features}, activations_);
   backward(dy, dx);
   return dx;
 }

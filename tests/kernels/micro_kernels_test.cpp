@@ -17,6 +17,7 @@
 #include "grouplin/dtype.hpp"
 #include "kernel_reference.hpp"
 #include "kernels/isa.hpp"
+#include "kernels/packing.hpp"
 
 namespace grouplin::kernels {
 namespace {
@@ -183,23 +184,31 @@ TEST_F(MicroKernelsTest, PackPairsTransposesPairsExactly) {
 }
 
 // pack_pair_rows: each dword pairs a column's values of two consecutive rows (the even row low),
-// the last odd row alone, zero past `cols`; nothing past its pair rows is written.
+// the last odd row alone, one panel per 16 columns, zero past `cols`; nothing between panels or
+// past the last one's pair rows is written.
 TEST_F(MicroKernelsTest, PackPairRowsInterleavesRowsExactly) {
-  for (int cols : {1, 9, 15, 16}) {
+  for (int64_t cols : {1, 9, 15, 16, 17, 32, 47, 64}) {
     for (int64_t depth : {1, 2, 7, 8, 33}) {
-      const int64_t ld = 21, pairs = (depth + 1) / 2;
+      const int64_t ld = 71, pairs = (depth + 1) / 2, panels = (cols + 15) / 16;
+      const int64_t strip = pairs * kOuterCols + 5;  // a gap after each panel
       std::vector<uint16_t> src(static_cast<size_t>(depth * ld));
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 2654435761u >> 9);
-      const size_t n = static_cast<size_t>(pairs * kOuterCols);
+      const size_t n = static_cast<size_t>(panels * strip);
       std::vector<uint32_t> a(n + 16, 0xdeadbeef), b = a;
-      micro_kernels().pack_pair_rows(src.data(), ld, depth, cols, a.data());
-      portable().pack_pair_rows(src.data(), ld, depth, cols, b.data());
+      micro_kernels().pack_pair_rows(src.data(), ld, depth, cols, a.data(), strip);
+      portable().pack_pair_rows(src.data(), ld, depth, cols, b.data(), strip);
       EXPECT_EQ(a, b) << cols << " cols, depth " << depth;
-      for (int64_t r = 0; r < pairs; ++r) {
-        for (int j = 0; j < kOuterCols; ++j) {
-          const uint32_t odd = 2 * r + 1 < depth ? src[(2 * r + 1) * ld + j] : 0;
-          const uint32_t want = j < cols ? src[2 * r * ld + j] | odd << 16 : 0;
-          ASSERT_EQ(a[r * kOuterCols + j], want) << r << "," << j;
+      for (int64_t s = 0; s < panels; ++s) {
+        for (int64_t r = 0; r < pairs; ++r) {
+          for (int64_t j = 0; j < kOuterCols; ++j) {
+            const int64_t c = s * kOuterCols + j;
+            const uint32_t odd = 2 * r + 1 < depth && c < cols ? src[(2 * r + 1) * ld + c] : 0;
+            const uint32_t want = c < cols ? src[2 * r * ld + c] | odd << 16 : 0;
+            ASSERT_EQ(a[s * strip + r * kOuterCols + j], want) << s << "," << r << "," << j;
+          }
+        }
+        for (int64_t i = pairs * kOuterCols; i < strip; ++i) {
+          ASSERT_EQ(a[s * strip + i], 0xdeadbeefu) << "wrote into the gap of panel " << s;
         }
       }
       for (size_t i = n; i < a.size(); ++i) ASSERT_EQ(a[i], 0xdeadbeefu) << "wrote past at " << i;
@@ -208,6 +217,27 @@ TEST_F(MicroKernelsTest, PackPairRowsInterleavesRowsExactly) {
 }
 
 // A 4 x 3 tile computes each element as the 1 x 1 tile of the same operands does.
+// transpose_bf16: columns of a BF16 matrix as rows, bits kept, at every size around the 8 x 8
+// blocks it moves through registers; nothing past each row's kc values is written.
+TEST_F(MicroKernelsTest, TransposeBf16MovesColumnsToRowsExactly) {
+  for (int64_t rows : {1, 7, 8, 9, 16, 23}) {
+    for (int64_t kc : {1, 5, 8, 15, 16, 33}) {
+      const int64_t ld = 37, r0 = 2, c0 = 3, lda = kc + 3;
+      std::vector<uint16_t> src(static_cast<size_t>((r0 + kc) * ld));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 2654435761u >> 7);
+      std::vector<uint16_t> a(static_cast<size_t>(rows * lda), 0xbeef);
+      const MatrixRef m{reinterpret_cast<const std::byte*>(src.data()), DType::BF16, ld};
+      transpose_bf16(m, r0, kc, c0, rows, a.data(), lda);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t p = 0; p < lda; ++p) {
+          const uint16_t want = p < kc ? src[(r0 + p) * ld + c0 + i] : 0xbeef;
+          ASSERT_EQ(a[i * lda + p], want) << rows << " rows, kc " << kc << ": " << i << "," << p;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
   for (int64_t kc : {1, 8, 13, 100}) {
     const std::vector<float> a = random_floats(static_cast<size_t>(4 * kc), 1);
