@@ -155,16 +155,18 @@ inline bool forward_pairs_on_set(int64_t rows, bool bf16_operands) {
 inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && rows > kDirectMaxRows;
 }
-// Forward pair tiles of at most kTurnedMaxRows rows (without packed weights) turn the product
-// around: the weights are A, read in place (a row's depth pairs are adjacent, as x's are), and
-// the tile's rows of x are packed as B, so that the weights are never packed. The pair kernels'
-// products commute, so the bits are the same; only speed decides. On a Zen 4 (AVX512-BF16,
-// 2 threads, medians of 4 interleaved rounds, GF/s packing W / turned at 48, docs/PERFORMANCE.md):
-// 128 experts of 384 x 1024, 16 rows per expert 187 / 213, 32 rows 258 / 291; 8 experts of
-// 896 x 1024, 32 rows 251 / 270, 48 rows 267 / 295; at 64 rows and beyond turned ran 0.95-0.98x
-// (its 16-column strips are x's rows: a ragged last strip wastes lanes). AMX not measured.
+// Forward pair tiles of at most kTurnedMaxRows rows, and of a multiple of 16 rows up to
+// kTurnedAlignedMaxRows (without packed weights), turn the product around: the weights are A,
+// read in place (a row's depth pairs are adjacent, as x's are), and the tile's rows of x are
+// packed as B, so that the weights are never packed. The pair kernels' products commute, so the
+// bits are the same; only speed decides. Past 48 rows a ragged last strip of x's rows wastes
+// lanes, and turning pays only without one (docs/PERFORMANCE.md, issues 22 and 43).
 inline constexpr int64_t kTurnedMaxRows = 48;
-inline bool forward_pairs_turned(int64_t tile_rows) { return tile_rows <= kTurnedMaxRows; }
+inline constexpr int64_t kTurnedAlignedMaxRows = 128;
+inline bool forward_pairs_turned(int64_t tile_rows) {
+  return tile_rows <= kTurnedMaxRows ||
+         (tile_rows <= kTurnedAlignedMaxRows && tile_rows % kOuterCols == 0);
+}
 // wgrad (x and dy BF16; the depth is the expert's rows) for experts of more than kDirectMaxDepth
 // rows: dyᵀ transposed into BF16 rows a block at a time, x's rows interleaved into pair panels.
 inline bool wgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {

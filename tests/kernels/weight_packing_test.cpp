@@ -73,10 +73,11 @@ class WeightPackingTest : public ::testing::TestWithParam<PairSet> {
   int saved_threads_ = kernels::num_threads();
 };
 
-// Every forward path by row count (dot tiles up to 3 rows, pairs beyond; ragged 16-row groups),
-// an out that leaves a ragged last strip, and an odd in over two depth blocks and a ragged third.
+// Every forward path by row count (dot tiles up to 3 rows, pairs beyond; ragged 16-row groups;
+// without packed weights, tiles turned up to 48 rows and at 64, not at 100), an out that leaves
+// a ragged last strip, and an odd in over two depth blocks and a ragged third.
 constexpr int64_t kIn = 561, kOut = 37;
-const std::vector<int64_t> kSplits = {0, 1, 3, 4, 5, 17, 40};
+const std::vector<int64_t> kSplits = {0, 1, 3, 4, 5, 17, 40, 64, 100};
 
 TEST_P(WeightPackingTest, PackedWeightsGiveTheBitsOfPackingPerTile) {
   ASSERT_TRUE(kernels::forward_weights_packable(DType::BF16, DType::BF16));
