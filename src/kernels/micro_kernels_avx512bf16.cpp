@@ -7,8 +7,7 @@
 // set's: 6 rows x 4 strips of 16 columns, 24 zmm sums. dot_tile_pairs, for forward of experts
 // with 1-6 rows, reads x's and the weights' rows along the depth, as they lie, one weight row at
 // a time (one memory stream), and sums each element in four chains of 16 lanes: one load and one
-// vdpbf16ps per 32 weights (1.4-2.8x the transposing kernel it replaced at 1-3 rows per expert,
-// 2 threads of a Zen 4; tile_compute.hpp).
+// vdpbf16ps per 32 weights (docs/PERFORMANCE.md, "The kernels' constants": kPairDotMaxRows).
 // pair_tile_scaled is pair_tile with each 128-deep block's sums scaled once (FP8 weights decoded
 // into pair panels). The FP8 kernels proper are in micro_kernels_avx512bf16_fp8.cpp.
 //

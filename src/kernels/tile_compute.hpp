@@ -22,27 +22,23 @@
 
 namespace grouplin::kernels {
 
-// Tuning constants (GF/s: same-run measurements on the 2-core reference machine, 2 threads, a
-// 128-expert 1024 x 384 layer unless said; more in docs/PERFORMANCE.md).
+// Tuning constants and the rules that pick each expert's path. Every value was chosen by a
+// same-run measurement; the figures are in docs/PERFORMANCE.md, "The kernels' constants and the
+// measurements behind them": one line here says why, the section says by how much.
 // kDotDepth: K per pass of the forward dot tiles: long, so that each weight row streams in long
-// runs (32 experts of 1792 x 512, weights cold, GF/s at 512 / 2048: F32 4 rows 45.9 / 49.4, 8 rows
-// 73.3 / 77.6; BF16 1 row 19.8 / 22.2, 8 rows 96.0 / 104.0; 128 experts of 1024 x 384, BF16 4 rows
-// 58.1 / 66.9 at 1024).
+// runs.
 inline constexpr int64_t kDotDepth = 2048;
-// kOuterDepth: depth of one packed block (a 16-column B-panel of 16 KiB stays in L1; 128
-// measured the same as 256). kOuterBlockRows: rows of A packed at once (96 x 256 floats, 96 KiB,
-// in L2 next to the 256 KiB B block).
+// kOuterDepth: depth of one packed block (a 16-column B-panel of 16 KiB stays in L1).
+// kOuterBlockRows: rows of A packed at once (96 x 256 floats, 96 KiB, in L2 next to the 256 KiB
+// B block).
 inline constexpr int64_t kOuterDepth = 256;
 inline constexpr int64_t kOuterBlockRows = 96;
 // Forward: experts with at most kDotMaxRows rows run dot tiles straight from x and W (weights
 // streamed once, unpacked: the memory-bound case); larger ones run outer-product tiles. The two
 // sum in different orders, so how a row is computed depends on its expert's row count (a
-// function of m_splits, never of threads or timing). Dot tiles against the broadcast path:
-// 58.7 vs 55.0 GF/s at 8 rows per expert, 72.5 vs 83.2 at 12. BF16 weights take dot tiles only
-// up to kDotMaxRowsBf16 rows: each 4-row group widens the weights again in registers, where
-// the packed path widens them once (128 experts of 1024 x 384, weights cold, same-run GF/s dot /
-// packed: BF16 2 rows 36.7 / 35.8, 3 rows 49 / 51, 4 rows 60 / 73, 6 rows 77 / 96, 8 rows
-// 90 / 111; F32 4 rows 48 / 42, 6 rows 61 / 58, 8 rows 83 / 86).
+// function of m_splits, never of threads or timing). BF16 weights take dot tiles only up to
+// kDotMaxRowsBf16 rows: each 4-row group widens the weights again in registers, where the
+// packed path widens them once.
 inline constexpr int64_t kDotMaxRows = 8;
 inline constexpr int64_t kDotMaxRowsBf16 = 3;
 // Whether an expert of `rows` rows runs forward dot tiles (bf16: its weights are BF16).
@@ -50,26 +46,19 @@ inline bool forward_dots(int64_t rows, bool bf16) {
   return rows <= (bf16 ? kDotMaxRowsBf16 : kDotMaxRows);
 }
 // Forward: experts with more rows, up to kBroadcastMaxRows, read W in place as the broadcast
-// operand of the outer-product tiles instead of packing it (same bits as the packed path):
-// 0.67 -> 0.80 of dense at 32 rows per expert. Beyond, packing W once per 384 rows pays.
-// kBroadcastDepth: depth per block of that path (x panels of up to 96 rows stay in L2; 128 and
-// 256 measured within noise, 256 halves the dot tails' per-block sums).
+// operand of the outer-product tiles instead of packing it (same bits as the packed path).
+// Beyond, packing W once per 384 rows pays. kBroadcastDepth: depth per block of that path (x
+// panels of up to 96 rows stay in L2; 256 halves the dot tails' per-block sums against 128).
 inline constexpr int64_t kBroadcastMaxRows = 96;
 inline constexpr int64_t kBroadcastDepth = 256;
 // In that path, an expert whose last 16-lane panel of x would hold only 1 to kDotTailMaxRows rows
 // (after full panels) sums those last rows by dot tiles instead, on the weights the panels have
 // just broadcast (in L1): a mostly empty panel costs as many broadcasts of W as a full one.
-// 64 experts of 1024 x 896 F32, weights cold, same-run GF/s (old rule / dot tails): 17 rows
-// 121 / 159, 18 rows 118 / 147, 20 rows 130 / 159, 21 rows 141 / 155, 34 rows 167 / 181,
-// 37 rows 157 / 168; 24, 40, 56, 66 rows within 2%.
 inline constexpr int64_t kDotTailMaxRows = 8;
 // Whether an expert of `rows` rows takes the broadcast path (bf16: its weights are BF16). BF16
 // weights are widened on either path, so packing them costs little more, and packing wins where
-// the last panel of x would waste lanes: tails of 1-4 and 9-12 rows. 32 experts of 960 x 960 BF16,
-// weights cold, same-run GF/s broadcast / packed: 10 rows 104 / 125, 12 rows 124 / 138, 13 rows
-// 134 / 136, 14 rows 145 / 139, 17 rows 134 / 150 (mixtral-like), 25 rows 146 / 163, 26 rows
-// 150 / 162, 32 rows 176 / 166, 41 rows 167 / 185, 44 rows 179 / 183. F32 weights measured within
-// 5% either way at tails of 9-12 rows and keep the broadcast path.
+// the last panel of x would waste lanes: tails of 1-4 and 9-12 rows (F32 weights measured the
+// same either way there and keep the broadcast path).
 inline bool forward_broadcasts(int64_t rows, bool bf16) {
   const int64_t tail = rows % 16;
   const bool wasteful_tail = (tail >= 1 && tail <= 4) || (tail >= 9 && tail <= 12);
@@ -82,16 +71,13 @@ inline int64_t forward_dot_tail_start(int64_t rows) {
 }
 // dgrad tiles of at most kInPlaceMaxRows rows (F32 weights, and FP8 ones decoded row by row into
 // a row-major F32 block; kInPlaceMaxRowsBf16 for BF16, which are widened in registers) read the
-// weights in place as the B operand instead of packing them (same bits). 128 experts of
-// 1024 x 384, 2 threads, GF/s packed / in place (same-run A/B):
-// F32 16 rows 111 / 152, 32 rows 147 / 166, 64 rows 175 / 177, 80 rows 159 / 138;
-// BF16 64 rows 167 / 182, 96 rows 167 / 171, 128 rows 171 / 171; FP8 16 rows 45 / 106.
+// weights in place as the B operand instead of packing them (same bits): with few rows per
+// weight, packing costs more than it saves.
 inline constexpr int64_t kInPlaceMaxRows = 64;
 inline constexpr int64_t kInPlaceMaxRowsBf16 = 96;
 // dgrad tiles of at most kDirectMaxRows rows and wgrad tiles of depth at most kDirectMaxDepth
-// skip packing and run fma_rows straight from the operands (same bits as the packed path). dgrad
-// with 8 rows unpacked ran 2x slower than packed (8 rows of dx a 4 KiB stride apart alias in L1;
-// summed in scratch rows off that stride, still 1.9x slower than reading W in place).
+// skip packing and run fma_rows straight from the operands (same bits as the packed path); at 8
+// rows, 8 rows of dx a 4 KiB stride apart alias in L1 and packing wins again.
 inline constexpr int64_t kDirectMaxRows = 4;
 inline constexpr int64_t kDirectMaxDepth = 4;
 
@@ -104,18 +90,11 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // `few_rows`: AVX512-BF16, for every expert with rows), dgrad and wgrad for experts with more
 // than kDirectMaxRows (kDirectMaxDepth) rows (the fewer-row paths are memory- or write-bound
 // and stay widened). Decided by the expert's row count, never the tile's, so the tiling does not
-// change which chain a row gets. On a Zen 4 (AVX512-BF16, 2 threads, same-run GF/s widened /
-// pairs, docs/PERFORMANCE.md) wgrad gained from 16 rows per expert on (qwen3 128 x 1024 x 384:
-// 133 / 161-179).
+// change which chain a row gets.
 // Forward of experts of 1 to kPairDotMaxRows rows runs dot_tile_pairs, which reads each weight
-// row as it lies, one load and one vdpbf16ps per 32 weights, no transposes and no packing. On the
-// Zen 4, 2 threads, medians of 4 interleaved rounds, against what ran there before (1-3 rows:
-// pair_tile with the weights transposed in registers; 4-6 rows: turned pair tiles): 1-3 rows per
-// expert 1.4-2.8x, 4 rows 1.4-2.3x, 5-6 rows 1.2-1.7x (deepseek, 32 experts of 512 x 1792, at 6
-// rows: 0.82x in that run, 1.04x in a rerun); a bound of 16 rows ran 0.34-1.15x of this one at
-// 7-16 rows. Reading four weight rows at once gained nothing: one memory stream per core reads
-// 16-23 GB/s on that VM, four concurrent streams 8-11 GB/s. AMX not measured (it keeps widened
-// dot tiles for 1-3 rows).
+// row as it lies, one load and one vdpbf16ps per 32 weights, no transposes and no packing, one
+// weight row at a time (one memory stream per core reads faster than several). AMX not measured
+// (it keeps widened dot tiles for 1-3 rows).
 inline constexpr int64_t kPairDotMaxRows = kPairDotRows;
 inline bool forward_pair_dots(int64_t rows, bool bf16_operands, bool pair_dots) {
   return pair_dots && bf16_operands && rows > 0 && rows <= kPairDotMaxRows;
@@ -131,13 +110,8 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
 // reads the tile's weights again, from L2 after the first); dgrad of up to kFp8RowsMaxRows rows:
 // fma_rows_fp8_pairs, kFp8PairRows at a time. More rows: pair_tile_scaled on the codes decoded
 // to BF16 a depth block at a time (forward: as A of the turned tiles, or pair panels for tiles
-// of more than kTurnedMaxRows rows; dgrad: pair panels). On the Zen 4, 2 threads, interleaved
-// rounds (docs/PERFORMANCE.md): against the dequantizing kernels, forward 1.5-2.1x at 1-4 rows
-// per expert; the scaled pair tiles against the FP8 dot and row kernels, forward 1.3-2.1x and
-// dgrad 0.9-1.8x (median 1.3) at 16-512 rows. The bounds, from a sweep at 5-16 rows (medians of
-// 3 rounds): forward dots up to 12 rows gained 0.83-1.79x (median 1.16) over up to 6; row
-// kernels up to 8 rows 0.93-2.31x over up to 4 (a pair tile decodes and packs its codes for only
-// those rows).
+// of more than kTurnedMaxRows rows; dgrad: pair panels). The bounds: below them a pair tile
+// would decode and pack its codes for only those rows.
 inline constexpr int64_t kFp8DotMaxRows = 12;
 inline constexpr int64_t kFp8RowsMaxRows = 8;
 inline bool use_fp8_pairs(const MatrixRef& w, DType activations, bool set_has_them) {
@@ -167,6 +141,9 @@ inline bool forward_pairs_turned(int64_t tile_rows) {
   return tile_rows <= kTurnedMaxRows ||
          (tile_rows <= kTurnedAlignedMaxRows && tile_rows % kOuterCols == 0);
 }
+// The FP8 pair tiles turn up to kTurnedMaxRows rows only (the aligned tiles beyond were measured
+// on BF16 weights, not on FP8 codes decoded per block).
+inline bool fp8_forward_turned(int64_t tile_rows) { return tile_rows <= kTurnedMaxRows; }
 // wgrad (x and dy BF16; the depth is the expert's rows) for experts of more than kDirectMaxDepth
 // rows: dyᵀ transposed into BF16 rows a block at a time, x's rows interleaved into pair panels.
 inline bool wgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {

@@ -249,7 +249,7 @@ void forward_fp8_pairs(const ForwardArgs& args, const MatrixRef& w, const Tile& 
     return ScaleTable{s.scales, ld_scales, per_row};
   };
   const auto source = [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); };
-  if (forward_pairs_turned(t.rows)) {
+  if (fp8_forward_turned(t.rows)) {
     const int64_t ldct = round_up(t.rows, kOuterCols);
     pair_product(
         t.cols, t.rows, in,
