@@ -150,11 +150,12 @@ void grouped_forward(const Tensor& x, std::span<const int64_t> m_splits,
     args.expert_rows.push_back(m_splits[e]);
     // Experts on the pair kernels take outer tiles whatever their rows: their columns start on
     // 16-column strips, where packed weights begin.
-    const bool bf16 = bf16_values(args.weights.back());
-    const bool pairs = forward_pairs_on_set(m_splits[e], bf16 && x.dtype() == DType::BF16);
+    const ForwardPath path = forward_path_of(args, static_cast<int32_t>(e));
+    const bool pairs = path == ForwardPath::kPairDots || path == ForwardPath::kPairTiles;
+    const bool dot_tiles = forward_dots(m_splits[e], bf16_values(args.weights.back())) && !pairs;
     blocks.push_back({first[e], m_splits[e], y.dim(1), x.dim(1),
                       static_cast<double>(bytes_of(weights[e])),
-                      forward_dots(m_splits[e], bf16) && !pairs ? kForwardDotTile : kForwardTile});
+                      dot_tiles ? kForwardDotTile : kForwardTile});
   }
   const TilePlan plan = plan_tiles(blocks);
   run_plan(plan, scratch_floats(plan), [&](const Tile& t, const Tile* n, float* scratch) {

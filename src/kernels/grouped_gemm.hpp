@@ -21,7 +21,7 @@
 // time or in registers. All accumulation
 // is F32, and F32 operands are never narrowed; BF16 operands are widened exactly (or, for BF16 x
 // BF16 forward and dgrad products on the AVX512-BF16 and AMX sets, multiplied as BF16 pairs into
-// F32 sums: tile_compute.hpp, forward_pairs) and results rounded to nearest even once at the end.
+// F32 sums: tile_paths.hpp, forward_path) and results rounded to nearest even once at the end.
 //
 // Determinism guarantee. On one machine (one set of micro-kernels), the bits of every result
 // depend only on the input values, the shapes and m_splits: never on the thread count, the
@@ -29,7 +29,7 @@
 // exactly one tile as one chain of operations in a fixed order: forward sums over in_features in
 // order (fused multiply-adds; experts with few rows, and the last few rows of some experts, use
 // 8 interleaved partial sums per block instead: the chain depends on the expert's row count and
-// the weights' dtype, see forward_chain in tile_compute.hpp), dgrad over out_features in order,
+// the weights' dtype, see forward_chain in tile_paths.hpp), dgrad over out_features in order,
 // wgrad and bgrad over the expert's rows in order. The tiling only decides which
 // thread computes an element, not how. Accumulated weight gradients are old + fresh, one F32
 // addition per element. The AVX-512 sets give the AVX2 set's F32 bits (and its bits for BF16

@@ -31,7 +31,7 @@ struct MatrixRef {
 };
 
 // Whether the kernels treat m's values as BF16 ones (FP8 decodes to F32 values): which chain of
-// operations they take (tile_compute.hpp) depends on it.
+// operations they take (tile_paths.hpp) depends on it.
 inline bool bf16_values(const MatrixRef& m) { return m.dtype == DType::BF16; }
 
 struct MutableMatrixRef {

@@ -1,6 +1,6 @@
-// The backward tile paths (tile_compute.hpp): dgrad (dx = dy · W), wgrad (dW = dyᵀ · x) and
-// bgrad (column sums of dy), each choosing between unpacked loops for little work per weight and
-// packed outer-product tiles.
+// The backward tile paths (tile_compute.hpp; one function per path of tile_paths.hpp): dgrad (dx =
+// dy · W), wgrad (dW = dyᵀ · x) and bgrad (column sums of dy), each choosing between unpacked loops
+// for little work per weight and packed outer-product tiles.
 #include <algorithm>
 #include <cstddef>
 
@@ -78,225 +78,271 @@ void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const 
   stream_fence();
 }
 
-}  // namespace
+// dgrad, one function per DgradPath (tile_paths.hpp).
+// BF16 pair tiles: dy's rows read in place as A, the weights' rows interleaved into pair panels.
+void dgrad_pair_tiles(const DgradArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
+                      const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
+  pair_product(
+      t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true, acc.c, acc.ldc,
+      s,
+      [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+        pack_pairs_rows(w, p0, kc, t.col0 + c0, ncols, b);
+        return packed_in_scratch(b, kc);
+      },
+      [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
+      dgrad_first(args, next));
+  store_rows(acc, t, args.dx, t.row0, t.col0);
+}
 
-// Few rows: W streams once through fma_rows, unpacked (packing would cost as much as the
-// product). Otherwise packed panels and 6 x 16 outer-product tiles. Same bits either way.
-void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
-  const MatrixRef& w = args.weights[static_cast<size_t>(t.expert)];
-  const Scratch s = split_scratch(t, scratch);
-  const bool bf16_operands = bf16_values(w) && args.dy.dtype == DType::BF16;
-  if (dgrad_pairs(args.expert_rows[static_cast<size_t>(t.expert)], bf16_operands,
-                  micro_kernels().pair_tile != nullptr)) {
-    const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
-    pair_product(
-        t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true, acc.c,
-        acc.ldc, s,
-        [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
-          pack_pairs_rows(w, p0, kc, t.col0 + c0, ncols, b);
-          return packed_in_scratch(b, kc);
-        },
-        [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
-        dgrad_first(args, next));
-    store_rows(acc, t, args.dx, t.row0, t.col0);
-    return;
+// FP8 codes, more than a few rows: pair_tile_scaled on the codes decoded to BF16 a depth block at
+// a time (kc rows x the tile's columns, in L2) and packed into pair panels.
+void dgrad_fp8_pair_tiles(const DgradArgs& args, const MatrixRef& w, const Tile& t,
+                          const Tile* next, const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
+  auto* decoded = reinterpret_cast<uint16_t*>(s.a);
+  const int64_t ld = round_up(t.cols, kOuterCols);
+  pair_product(
+      t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true, acc.c, acc.ldc,
+      s,
+      [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+        const MatrixRef d = fp8_codes_as_bf16(w, p0, kc, t.col0 + c0, ncols, decoded, ld);
+        pack_pairs_rows(d, 0, kc, 0, ncols, b);
+        return packed_in_scratch(b, kc);
+      },
+      [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
+      dgrad_first(args, next),
+      [&](int64_t p0, int64_t kc) {
+        fp8_block_scales(w, true, p0, kc, t.col0, t.cols, ld, s.scales);
+        return ScaleTable{s.scales, ld, false};
+      });
+  store_rows(acc, t, args.dx, t.row0, t.col0);
+}
+
+// FP8 codes against dy's rows, kFp8PairRows at a time, the weights read along their rows a depth
+// block at a time.
+void dgrad_fp8_rows(const DgradArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
+                    const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);
+  Fp8Operand operand = fp8_operand(w, 0, t.col0);
+  if (next != nullptr) {
+    const MatrixRef& wn = args.weights[static_cast<size_t>(next->expert)];
+    if (wn.dtype == DType::F8_E4M3) operand.ahead = fp8_operand(wn, 0, next->col0).codes;
   }
-  const MicroKernels& set = micro_kernels();
-  const bool fp8_pairs = use_fp8_pairs(w, args.dy.dtype, set.fma_rows_fp8_pairs != nullptr);
-  if (fp8_pairs && !fp8_dgrad_rows(args.expert_rows[static_cast<size_t>(t.expert)])) {
-    // More than a few rows: pair_tile_scaled on the codes decoded to BF16 a depth block at a
-    // time (kc rows x the tile's columns, in L2) and packed into pair panels.
-    const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, false, false, t, s);
-    auto* decoded = reinterpret_cast<uint16_t*>(s.a);
-    const int64_t ld = round_up(t.cols, kOuterCols);
-    pair_product(
-        t.rows, t.cols, args.out_features, pair_rows_in_place(args.dy, t.row0), true, acc.c,
-        acc.ldc, s,
-        [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
-          const MatrixRef d = fp8_codes_as_bf16(w, p0, kc, t.col0 + c0, ncols, decoded, ld);
-          pack_pairs_rows(d, 0, kc, 0, ncols, b);
-          return packed_in_scratch(b, kc);
-        },
-        [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
-        dgrad_first(args, next),
-        [&](int64_t p0, int64_t kc) {
-          fp8_block_scales(w, true, p0, kc, t.col0, t.cols, ld, s.scales);
-          return ScaleTable{s.scales, ld, false};
-        });
-    store_rows(acc, t, args.dx, t.row0, t.col0);
-    return;
-  }
-  if (fp8_pairs) {
-    // FP8 codes against dy's rows, kFp8PairRows at a time, the weights read along their rows a
-    // depth block at a time.
-    const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);
-    Fp8Operand operand = fp8_operand(w, 0, t.col0);
-    if (next != nullptr) {
-      const MatrixRef& wn = args.weights[static_cast<size_t>(next->expert)];
-      if (wn.dtype == DType::F8_E4M3) operand.ahead = fp8_operand(wn, 0, next->col0).codes;
-    }
-    for (int64_t i = 0; i < t.rows; i += kFp8PairRows) {
-      const int h = static_cast<int>(std::min<int64_t>(kFp8PairRows, t.rows - i));
-      Fp8Operand b = operand;
-      if (i + h < t.rows) b.ahead = nullptr;  // only the last group reads on to the next tile
-      set.fma_rows_fp8_pairs(h, args.out_features,
-                             reinterpret_cast<const uint16_t*>(element(args.dy, t.row0 + i, 0)),
-                             args.dy.ld, b, t.cols, acc.c + i * acc.ldc, acc.ldc);
-    }
-    store_rows(acc, t, args.dx, t.row0, t.col0);
-    return;
-  }
-  const bool direct = t.rows <= kDirectMaxRows;
-  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, direct, t, s);
-  if (direct) {
-    const MicroKernels& mk = micro_kernels();
-    const bool fp8_fused = w.dtype == DType::F8_E4M3 && mk.fma_rows_fp8 != nullptr;
-    for (int64_t p0 = 0; p0 < args.out_features; p0 += kOuterDepth) {
-      const int64_t kc = std::min(kOuterDepth, args.out_features - p0);
-      const F32Rows dyr = f32_rows(args.dy, t.row0, t.rows, p0, kc, s.a);
-      const float* a = dyr.data;
-      const int64_t lda = dyr.ld;
-      // In chunks of weight rows (BF16 widened in registers), prefetching a chunk ahead; same
-      // chains, same order.
-      for (int64_t p = 0; p < kc; p += kDirectChunk) {
-        const int64_t ahead = p0 + p + kDirectChunk;
-        if (ahead < args.out_features && !fp8_fused) {
-          Prefetcher(region_of(w, ahead, std::min(kDirectChunk, args.out_features - ahead), t.col0,
-                               t.cols),
-                     1)
-              .step();
-        }
-        const int64_t n = std::min(kDirectChunk, kc - p);
-        const std::byte* b = element(w, p0 + p, t.col0);
-        if (fp8_fused) {  // decoded in registers, the next chunk prefetched as this one is read
-          Fp8Operand operand = fp8_operand(w, p0 + p, t.col0);
-          if (ahead + kDirectChunk <= args.out_features) {
-            operand.ahead = operand.codes + kDirectChunk * operand.ld;
-          }
-          mk.fma_rows_fp8(t.rows, n, a + p, lda, operand, t.cols, acc.c, acc.ldc);
-        } else if (w.dtype == DType::F8_E4M3) {  // decoded n rows at a time into scratch
-          const F32Rows wd = f32_rows(w, p0 + p, n, t.col0, t.cols, s.b);
-          mk.fma_rows(t.rows, n, a + p, lda, wd.data, wd.ld, t.cols, acc.c, acc.ldc);
-        } else if (w.dtype == DType::F32) {
-          mk.fma_rows(t.rows, n, a + p, lda, reinterpret_cast<const float*>(b), w.ld, t.cols, acc.c,
-                      acc.ldc);
-        } else {
-          mk.fma_rows_bf16(t.rows, n, a + p, lda, reinterpret_cast<const uint16_t*>(b), w.ld,
-                           t.cols, acc.c, acc.ldc);
-        }
-      }
-    }
-  } else {
-    // Few rows share each weight: read W in place rather than pack it (BF16 widened in
-    // registers, FP8 decoded row by row into a row-major F32 block read the same way; same bits).
-    // Full 16-column micro-tiles only, so that nothing past the tile's columns is read.
-    const bool fp8 = w.dtype == DType::F8_E4M3;
-    const bool in_place =
-        t.rows <= (w.dtype == DType::BF16 ? kInPlaceMaxRowsBf16 : kInPlaceMaxRows) &&
-        t.cols % kOuterCols == 0;
-    outer_product(
-        t.rows, t.cols, args.out_features, acc.c, acc.ldc, s,
-        [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
-          pack_a_rows_of(args.dy, t.row0 + i0, rows, p0, kc, a);
-        },
-        [&](int64_t p0, int64_t kc, float* b) {
-          if (in_place && fp8) {
-            for (int64_t p = 0; p < kc; ++p) load_f32(w, p0 + p, t.col0, t.cols, b + p * t.cols);
-            return BBlock{b, t.cols, false, false};
-          }
-          if (in_place) return BBlock{element(w, p0, t.col0), w.ld, false, w.dtype == DType::BF16};
-          pack_b_rows(w, p0, kc, t.col0, t.cols, b);
-          return BBlock{b, kOuterCols};
-        },
-        [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
-        dgrad_first(args, next));
+  for (int64_t i = 0; i < t.rows; i += kFp8PairRows) {
+    const int h = static_cast<int>(std::min<int64_t>(kFp8PairRows, t.rows - i));
+    Fp8Operand b = operand;
+    if (i + h < t.rows) b.ahead = nullptr;  // only the last group reads on to the next tile
+    micro_kernels().fma_rows_fp8_pairs(
+        h, args.out_features, reinterpret_cast<const uint16_t*>(element(args.dy, t.row0 + i, 0)),
+        args.dy.ld, b, t.cols, acc.c + i * acc.ldc, acc.ldc);
   }
   store_rows(acc, t, args.dx, t.row0, t.col0);
 }
 
-// Depth 0 (an expert without rows): zeros. Little depth: fma_rows straight from x. Otherwise
-// packed panels and outer-product tiles. Same bits either way.
-void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
-  const auto e = static_cast<size_t>(t.expert);
-  const MutableMatrixRef& g = args.wgrads[e];
-  if (t.depth == 0 && !args.accumulate) {
-    if (t.col0 == 0 && t.cols == g.ld) {
-      stream_zeros(t.rows * t.cols, g, t.row0, 0);  // whole rows: one contiguous block
-    } else {
-      for (int64_t r = 0; r < t.rows; ++r) stream_zeros(t.cols, g, t.row0 + r, t.col0);
+// A few rows: fma_rows straight from dy (widened a depth block at a time) and the weights, in
+// chunks of weight rows (BF16 widened in registers, FP8 decoded in registers or scratch),
+// prefetching a chunk ahead; the chain of the packed path.
+void dgrad_direct(const DgradArgs& args, const MatrixRef& w, const Tile& t, const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, true, t, s);
+  const MicroKernels& mk = micro_kernels();
+  const bool fp8_fused = w.dtype == DType::F8_E4M3 && mk.fma_rows_fp8 != nullptr;
+  for (int64_t p0 = 0; p0 < args.out_features; p0 += kOuterDepth) {
+    const int64_t kc = std::min(kOuterDepth, args.out_features - p0);
+    const F32Rows dyr = f32_rows(args.dy, t.row0, t.rows, p0, kc, s.a);
+    const float* a = dyr.data;
+    const int64_t lda = dyr.ld;
+    for (int64_t p = 0; p < kc; p += kDirectChunk) {
+      const int64_t ahead = p0 + p + kDirectChunk;
+      if (ahead < args.out_features && !fp8_fused) {
+        Prefetcher(
+            region_of(w, ahead, std::min(kDirectChunk, args.out_features - ahead), t.col0, t.cols),
+            1)
+            .step();
+      }
+      const int64_t n = std::min(kDirectChunk, kc - p);
+      const std::byte* b = element(w, p0 + p, t.col0);
+      if (fp8_fused) {  // decoded in registers, the next chunk prefetched as this one is read
+        Fp8Operand operand = fp8_operand(w, p0 + p, t.col0);
+        if (ahead + kDirectChunk <= args.out_features) {
+          operand.ahead = operand.codes + kDirectChunk * operand.ld;
+        }
+        mk.fma_rows_fp8(t.rows, n, a + p, lda, operand, t.cols, acc.c, acc.ldc);
+      } else if (w.dtype == DType::F8_E4M3) {  // decoded n rows at a time into scratch
+        const F32Rows wd = f32_rows(w, p0 + p, n, t.col0, t.cols, s.b);
+        mk.fma_rows(t.rows, n, a + p, lda, wd.data, wd.ld, t.cols, acc.c, acc.ldc);
+      } else if (w.dtype == DType::F32) {
+        mk.fma_rows(t.rows, n, a + p, lda, reinterpret_cast<const float*>(b), w.ld, t.cols, acc.c,
+                    acc.ldc);
+      } else {
+        mk.fma_rows_bf16(t.rows, n, a + p, lda, reinterpret_cast<const uint16_t*>(b), w.ld, t.cols,
+                         acc.c, acc.ldc);
+      }
     }
-    stream_fence();
-    return;
   }
-  const int64_t first = args.first_row[e];
+  store_rows(acc, t, args.dx, t.row0, t.col0);
+}
+
+// F32 outer-product tiles. Few rows share each weight: read W in place rather than pack it (BF16
+// widened in registers, FP8 decoded row by row into a row-major F32 block read the same way; same
+// bits). Full 16-column micro-tiles only, so that nothing past the tile's columns is read.
+void dgrad_outer(const DgradArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
+                 const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);
+  const bool fp8 = w.dtype == DType::F8_E4M3;
+  const bool in_place =
+      t.rows <= (w.dtype == DType::BF16 ? kInPlaceMaxRowsBf16 : kInPlaceMaxRows) &&
+      t.cols % kOuterCols == 0;
+  outer_product(
+      t.rows, t.cols, args.out_features, acc.c, acc.ldc, s,
+      [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
+        pack_a_rows_of(args.dy, t.row0 + i0, rows, p0, kc, a);
+      },
+      [&](int64_t p0, int64_t kc, float* b) {
+        if (in_place && fp8) {
+          for (int64_t p = 0; p < kc; ++p) load_f32(w, p0 + p, t.col0, t.cols, b + p * t.cols);
+          return BBlock{b, t.cols, false, false};
+        }
+        if (in_place) return BBlock{element(w, p0, t.col0), w.ld, false, w.dtype == DType::BF16};
+        pack_b_rows(w, p0, kc, t.col0, t.cols, b);
+        return BBlock{b, kOuterCols};
+      },
+      [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
+      dgrad_first(args, next));
+  store_rows(acc, t, args.dx, t.row0, t.col0);
+}
+
+}  // namespace
+
+void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
+  const auto e = static_cast<size_t>(t.expert);
+  const MatrixRef& w = args.weights[e];
   const Scratch s = split_scratch(t, scratch);
-  const bool bf16_operands = args.x.dtype == DType::BF16 && args.dy.dtype == DType::BF16;
-  if (wgrad_pairs(t.depth, bf16_operands, micro_kernels().pair_tile != nullptr)) {
-    // A = dyᵀ: the tile's columns of dy, transposed into BF16 rows a block of depth at a time
-    // (the pair kernels read A along the depth); B = rows of x, two interleaved per pair row.
-    auto* at = reinterpret_cast<uint16_t*>(s.a);
-    const Accumulator acc = accumulator_for(g, t.row0, t.col0, false, false, t, s);
-    pair_product(
-        t.rows, t.cols, t.depth,
-        [&](int64_t p0, int64_t kc) {
-          const int64_t lda = round_up(kc, 2 * kPairGroup);
-          transpose_bf16(args.dy, first + p0, kc, t.row0, t.rows, at, lda);
-          return PairA{at, lda};
-        },
-        false, acc.c, acc.ldc, s,
-        [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
-          pack_pairs_rows(args.x, first + p0, kc, t.col0 + c0, ncols, b);
-          return packed_in_scratch(b, kc);
-        },
-        [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
-        wgrad_first(args, next));
-    store_gradient(args, t, acc, s);
-    return;
+  switch (dgrad_path(args.expert_rows[e], args.dy.dtype, w.dtype, SetCaps::of(micro_kernels()))) {
+    case DgradPath::kPairTiles:
+      dgrad_pair_tiles(args, w, t, next, s);
+      return;
+    case DgradPath::kFp8PairTiles:
+      dgrad_fp8_pair_tiles(args, w, t, next, s);
+      return;
+    case DgradPath::kFp8Rows:
+      dgrad_fp8_rows(args, w, t, next, s);
+      return;
+    case DgradPath::kDirect:
+      dgrad_direct(args, w, t, s);
+      return;
+    case DgradPath::kOuter:
+      dgrad_outer(args, w, t, next, s);
+      return;
   }
-  const bool direct = t.depth <= kDirectMaxDepth;
-  // The unpacked path reads a[i * depth + p] = dy(first + p, row0 + i) and the rows of x.
-  F32Rows xr{nullptr, 0};
-  if (direct) {
-    gather_cols(args.dy, first, t.depth, t.row0, t.rows, s.a);
-    xr = f32_rows(args.x, first, t.depth, t.col0, t.cols, s.b);
+}
+
+namespace {
+
+// wgrad, one function per WgradPath (tile_paths.hpp). An expert without rows writes zeros.
+void wgrad_zeros(const WgradArgs& args, const Tile& t) {
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  if (t.col0 == 0 && t.cols == g.ld) {
+    stream_zeros(t.rows * t.cols, g, t.row0, 0);  // whole rows: one contiguous block
+  } else {
+    for (int64_t r = 0; r < t.rows; ++r) stream_zeros(t.cols, g, t.row0 + r, t.col0);
   }
-  const float* b = xr.data;
-  const int64_t ldb = xr.ld;
-  if (direct && !args.accumulate) {
-    // Write-bound (few products per element): each group of kDirectRowGroup rows is formed in L1
-    // and streamed out once.
-    const MicroKernels& mk = micro_kernels();
+  stream_fence();
+}
+
+// BF16 pair tiles: A = dyᵀ, the tile's columns of dy transposed into BF16 rows a block of depth
+// at a time (the pair kernels read A along the depth); B = rows of x, two interleaved per pair
+// row.
+void wgrad_pair_tiles(const WgradArgs& args, const Tile& t, const Tile* next, const Scratch& s) {
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  const int64_t first = args.first_row[static_cast<size_t>(t.expert)];
+  auto* at = reinterpret_cast<uint16_t*>(s.a);
+  const Accumulator acc = accumulator_for(g, t.row0, t.col0, false, false, t, s);
+  pair_product(
+      t.rows, t.cols, t.depth,
+      [&](int64_t p0, int64_t kc) {
+        const int64_t lda = round_up(kc, 2 * kPairGroup);
+        transpose_bf16(args.dy, first + p0, kc, t.row0, t.rows, at, lda);
+        return PairA{at, lda};
+      },
+      false, acc.c, acc.ldc, s,
+      [&](int64_t p0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+        pack_pairs_rows(args.x, first + p0, kc, t.col0 + c0, ncols, b);
+        return packed_in_scratch(b, kc);
+      },
+      [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
+      wgrad_first(args, next));
+  store_gradient(args, t, acc, s);
+}
+
+// A depth of a few rows: fma_rows straight from dy's columns (gathered as F32 rows) and x's rows.
+// Write-bound: without accumulating, each group of kDirectRowGroup rows is formed in L1 and
+// streamed out once.
+void wgrad_direct(const WgradArgs& args, const Tile& t, const Scratch& s) {
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  const int64_t first = args.first_row[static_cast<size_t>(t.expert)];
+  const MicroKernels& mk = micro_kernels();
+  // a[i * depth + p] = dy(first + p, row0 + i), and the rows of x.
+  gather_cols(args.dy, first, t.depth, t.row0, t.rows, s.a);
+  const F32Rows xr = f32_rows(args.x, first, t.depth, t.col0, t.cols, s.b);
+  if (!args.accumulate) {
     for (int64_t r0 = 0; r0 < t.rows; r0 += kDirectRowGroup) {
       const int64_t h = std::min(kDirectRowGroup, t.rows - r0);
       for (int64_t r = 0; r < h; ++r) std::fill_n(s.c + r * s.ldc, t.cols, 0.0f);
-      mk.fma_rows(h, t.depth, s.a + r0 * t.depth, t.depth, b, ldb, t.cols, s.c, s.ldc);
+      mk.fma_rows(h, t.depth, s.a + r0 * t.depth, t.depth, xr.data, xr.ld, t.cols, s.c, s.ldc);
       for (int64_t r = 0; r < h; ++r)
         stream_f32(s.c + r * s.ldc, t.cols, g, t.row0 + r0 + r, t.col0);
     }
     stream_fence();
     return;
   }
-  if (!direct && t.depth <= kOuterDepth) {
-    wgrad_by_panels(args, t, first, wgrad_first(args, next), s);
+  const Accumulator acc = accumulator_for(g, t.row0, t.col0, false, true, t, s);
+  mk.fma_rows(t.rows, t.depth, s.a, t.depth, xr.data, xr.ld, t.cols, acc.c, acc.ldc);
+  store_gradient(args, t, acc, s);
+}
+
+// F32 outer-product tiles over depth blocks: dy's columns packed as A, x's rows as B.
+void wgrad_outer(const WgradArgs& args, const Tile& t, const Tile* next, const Scratch& s) {
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  const int64_t first = args.first_row[static_cast<size_t>(t.expert)];
+  const Accumulator acc = accumulator_for(g, t.row0, t.col0, !args.accumulate, false, t, s);
+  outer_product(
+      t.rows, t.cols, t.depth, acc.c, acc.ldc, s,
+      [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
+        pack_a_cols_of(args.dy, first + p0, kc, t.row0 + i0, rows, a);
+      },
+      [&](int64_t p0, int64_t kc, float* b) {
+        pack_b_rows(args.x, first + p0, kc, t.col0, t.cols, b);
+        return BBlock{b, kOuterCols};
+      },
+      [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
+      wgrad_first(args, next));
+  store_gradient(args, t, acc, s);
+}
+
+}  // namespace
+
+void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* scratch) {
+  if (t.depth == 0 && !args.accumulate) {
+    wgrad_zeros(args, t);
     return;
   }
-  const Accumulator acc = accumulator_for(g, t.row0, t.col0, !args.accumulate, direct, t, s);
-  if (direct) {
-    micro_kernels().fma_rows(t.rows, t.depth, s.a, t.depth, b, ldb, t.cols, acc.c, acc.ldc);
-  } else {
-    outer_product(
-        t.rows, t.cols, t.depth, acc.c, acc.ldc, s,
-        [&](int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* a) {
-          pack_a_cols_of(args.dy, first + p0, kc, t.row0 + i0, rows, a);
-        },
-        [&](int64_t p0, int64_t kc, float* b) {
-          pack_b_rows(args.x, first + p0, kc, t.col0, t.cols, b);
-          return BBlock{b, kOuterCols};
-        },
-        [&](int64_t p0, int64_t kc) { return region_of(args.x, first + p0, kc, t.col0, t.cols); },
-        wgrad_first(args, next));
+  const Scratch s = split_scratch(t, scratch);
+  switch (wgrad_path(t.depth, args.x.dtype, args.dy.dtype, SetCaps::of(micro_kernels()))) {
+    case WgradPath::kPairTiles:
+      wgrad_pair_tiles(args, t, next, s);
+      return;
+    case WgradPath::kDirect:
+      wgrad_direct(args, t, s);
+      return;
+    case WgradPath::kPanels:
+      wgrad_by_panels(args, t, args.first_row[static_cast<size_t>(t.expert)],
+                      wgrad_first(args, next), s);
+      return;
+    case WgradPath::kOuter:
+      wgrad_outer(args, t, next, s);
+      return;
   }
-  store_gradient(args, t, acc, s);
 }
 
 // Column sums in row order, in scratch (summing in place in an F32 output measured no faster).

@@ -1,6 +1,7 @@
-// The forward tile paths (forward_tile in tile_compute.hpp): dot tiles for experts with few rows,
-// the weights broadcast in place for a few dozen, packed outer-product tiles beyond, BF16 pairs on
-// the sets that have them.
+// The forward tile paths (forward_tile in tile_compute.hpp), one function per ForwardPath of
+// tile_paths.hpp: dot tiles for experts with few rows, the weights broadcast in place for a few
+// dozen, packed outer-product tiles beyond, BF16 pairs and FP8 pair kernels on the sets that have
+// them.
 #include <algorithm>
 #include <cstddef>
 
@@ -211,37 +212,39 @@ auto x_rows_as_pair_b(const ForwardArgs& args, const Tile& t) {
 Region forward_first(const ForwardArgs& args, const Tile* t) {
   if (t == nullptr) return {};
   const MatrixRef& w = args.weights[static_cast<size_t>(t->expert)];
-  const int64_t m = args.expert_rows[static_cast<size_t>(t->expert)];
-  const bool pairs = forward_pairs_on_set(m, bf16_values(w) && args.x.dtype == DType::BF16);
+  const ForwardPath path = forward_path_of(args, t->expert);
   const uint32_t* packed = packed_for(args, *t);
-  if (pairs && packed != nullptr && !forward_pair_dots(m, true, true)) {
+  if (path == ForwardPath::kPairTiles && packed != nullptr) {
     return packed_region(packed, args, *t, 0, std::min(kOuterDepth, args.in_features));
   }
-  const int64_t depth = !pairs && forward_dots(m, bf16_values(w)) ? kDotDepth : kOuterDepth;
+  const bool along_depth = path == ForwardPath::kDots || path == ForwardPath::kFp8PairDots;
+  const int64_t depth = along_depth ? kDotDepth : kOuterDepth;
   return region_of(w, t->col0, t->cols, 0, std::min(depth, args.in_features));
 }
 
-// FP8 weights beside BF16 x on the FP8 pair kernels (use_fp8_pairs in tile_compute.hpp).
-// Experts of a few rows (fp8_forward_dots): dot_tile_fp8_pairs, the codes against x's rows along
-// the whole depth, kPairDotRows rows at a time. More rows: pair_tile_scaled on codes decoded to
-// BF16 a depth block at a time, as the turned pair tiles' A (tiles of up to kTurnedMaxRows rows:
-// x's rows packed as B, the weights decoded once per block) or, for taller tiles, into pair panels
-// that all the tile's rows share.
-void forward_fp8_pairs(const ForwardArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
-                       const Scratch& s) {
+// FP8 weights beside BF16 x, experts of a few rows (ForwardPath::kFp8PairDots):
+// dot_tile_fp8_pairs, the codes against x's rows along the whole depth, kPairDotRows rows at a
+// time.
+void forward_fp8_pair_dots(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+                           const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
-  const int64_t in = args.in_features;
-  if (fp8_forward_dots(args.expert_rows[static_cast<size_t>(t.expert)])) {
-    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-    for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
-      const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
-      mk.dot_tile_fp8_pairs(h, static_cast<int>(t.cols), in,
-                            reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)),
-                            args.x.ld, fp8_operand(w, t.col0, 0), acc.c + i * acc.ldc, acc.ldc);
-    }
-    add_bias_and_store(args, t, acc, s);
-    return;
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+  for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
+    const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
+    mk.dot_tile_fp8_pairs(h, static_cast<int>(t.cols), args.in_features,
+                          reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)),
+                          args.x.ld, fp8_operand(w, t.col0, 0), acc.c + i * acc.ldc, acc.ldc);
   }
+  add_bias_and_store(args, t, acc, s);
+}
+
+// FP8 weights beside BF16 x, more rows (ForwardPath::kFp8PairTiles): pair_tile_scaled on codes
+// decoded to BF16 a depth block at a time, as the turned pair tiles' A (tiles of up to
+// kTurnedMaxRows rows: x's rows packed as B, the weights decoded once per block) or, for taller
+// tiles, into pair panels that all the tile's rows share.
+void forward_fp8_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+                            const Tile* next, const Scratch& s) {
+  const int64_t in = args.in_features;
   auto* decoded = reinterpret_cast<uint16_t*>(s.a);
   const int64_t ld_scales = round_up(t.cols, kOuterCols);
   const auto scales = [&](int64_t p0, int64_t kc, bool per_row) {
@@ -280,90 +283,124 @@ void forward_fp8_pairs(const ForwardArgs& args, const MatrixRef& w, const Tile& 
   add_bias_and_store(args, t, acc, s);
 }
 
-}  // namespace
+// A few rows (dot_tile_pairs): x's rows and the weights' read along the depth as they lie
+// (packed weights are not read: their panels would give these rows the pair_tile chain).
+void forward_pair_dots(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+                       const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+  micro_kernels().dot_tile_pairs(
+      static_cast<int>(t.rows), static_cast<int>(t.cols), args.in_features,
+      reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0)), args.x.ld,
+      reinterpret_cast<const uint16_t*>(element(w, t.col0, 0)), w.ld, acc.c, acc.ldc);
+  add_bias_and_store(args, t, acc, s);
+}
 
-void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, float* scratch) {
-  const auto e = static_cast<size_t>(t.expert);
-  const MatrixRef& w = args.weights[e];
-  const Scratch s = split_scratch(t, scratch);
-  const int64_t m = args.expert_rows[e];
-  const bool bf16_operands = bf16_values(w) && args.x.dtype == DType::BF16;
-  const MicroKernels& set = micro_kernels();
-  if (use_fp8_pairs(w, args.x.dtype, set.dot_tile_fp8_pairs != nullptr)) {
-    forward_fp8_pairs(args, w, t, next, s);
-    return;
-  }
-  if (forward_pairs_on_set(m, bf16_operands)) {
-    const uint32_t* packed = packed_for(args, t);
-    const MicroKernels& mk = micro_kernels();
-    if (forward_pair_dots(m, true, mk.dot_tile_pairs != nullptr)) {
-      // A few rows (dot_tile_pairs): x's rows and the weights' read along the depth as they lie
-      // (packed weights are not read: their panels would give these rows the pair_tile chain).
-      const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-      mk.dot_tile_pairs(static_cast<int>(t.rows), static_cast<int>(t.cols), args.in_features,
-                        reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0)), args.x.ld,
-                        reinterpret_cast<const uint16_t*>(element(w, t.col0, 0)), w.ld, acc.c,
-                        acc.ldc);
-      add_bias_and_store(args, t, acc, s);
-      return;
-    }
-    if (packed == nullptr && forward_pairs_turned(t.rows)) {
-      // ct[col][row] = W_slice · x_rowsᵀ: the weights as A, read in place (their depth pairs are
-      // adjacent, as x's are), x's few rows packed as B once per block, ct transposed into y.
-      const int64_t ldct = round_up(t.rows, kOuterCols);
-      pair_product(
-          t.cols, t.rows, args.in_features, pair_rows_in_place(w, t.col0), true, s.c, ldct, s,
-          x_rows_as_pair_b(args, t),
-          [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
-          forward_first(args, next));
-      store_broadcast_result(args, t, t.rows, s.c, ldct, s);
-      return;
-    }
-    const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+// BF16 pair tiles: turned for short tiles without packed weights (forward_pairs_turned:
+// ct[col][row] = W_slice · x_rowsᵀ, the weights as A read in place, x's rows packed as B once
+// per block, ct transposed into y), else x's rows as A against the weights packed once per tile
+// and block, or packed beforehand.
+void forward_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+                        const Tile* next, const Scratch& s) {
+  const uint32_t* packed = packed_for(args, t);
+  if (packed == nullptr && forward_pairs_turned(t.rows)) {
+    const int64_t ldct = round_up(t.rows, kOuterCols);
     pair_product(
-        t.rows, t.cols, args.in_features, pair_rows_in_place(args.x, t.row0), true, acc.c, acc.ldc,
-        s,
-        [&](int64_t k0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
-          if (packed != nullptr) return packed_window(packed, args, t, k0, c0);
-          pack_pairs_transposed(w, k0, kc, t.col0 + c0, ncols, b);
-          return packed_in_scratch(b, kc);
-        },
-        [&](int64_t k0, int64_t kc) {
-          return packed != nullptr ? packed_region(packed, args, t, k0, kc)
-                                   : region_of(w, t.col0, t.cols, k0, kc);
-        },
-        forward_first(args, next));
-    add_bias_and_store(args, t, acc, s);
-    return;
-  }
-  if (forward_broadcasts(m, bf16_values(w))) {
-    // The tile's rows before the expert's dot rows go through 16-lane panels into
-    // ct[col][row] (scratch), the rest through dot tiles.
-    const int64_t first_dot = args.first_row[e] + forward_dot_tail_start(m);
-    const int64_t panel_rows = std::clamp<int64_t>(first_dot - t.row0, 0, t.rows);
-    const int64_t ldct = round_up(panel_rows, kOuterCols);
-    forward_broadcast_w(args, w, t, panel_rows, forward_first(args, next), s.c, ldct, s);
-    store_broadcast_result(args, t, panel_rows, s.c, ldct, s);
-    return;
-  }
-  const bool dot = forward_dots(m, bf16_values(w));
-  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, true, dot, t, s);
-  if (dot) {
-    forward_dot(args, w, t, acc.c, acc.ldc, s);
-  } else {
-    outer_product(
-        t.rows, t.cols, args.in_features, acc.c, acc.ldc, s,
-        [&](int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* a) {
-          pack_a_rows_of(args.x, t.row0 + i0, rows, k0, kc, a);
-        },
-        [&](int64_t k0, int64_t kc, float* b) {
-          pack_b_transposed(w, k0, kc, t.col0, t.cols, b);
-          return BBlock{b, kOuterCols};
-        },
+        t.cols, t.rows, args.in_features, pair_rows_in_place(w, t.col0), true, s.c, ldct, s,
+        x_rows_as_pair_b(args, t),
         [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
         forward_first(args, next));
+    store_broadcast_result(args, t, t.rows, s.c, ldct, s);
+    return;
   }
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
+  pair_product(
+      t.rows, t.cols, args.in_features, pair_rows_in_place(args.x, t.row0), true, acc.c, acc.ldc, s,
+      [&](int64_t k0, int64_t kc, int64_t c0, int64_t ncols, uint32_t* b) {
+        if (packed != nullptr) return packed_window(packed, args, t, k0, c0);
+        pack_pairs_transposed(w, k0, kc, t.col0 + c0, ncols, b);
+        return packed_in_scratch(b, kc);
+      },
+      [&](int64_t k0, int64_t kc) {
+        return packed != nullptr ? packed_region(packed, args, t, k0, kc)
+                                 : region_of(w, t.col0, t.cols, k0, kc);
+      },
+      forward_first(args, next));
   add_bias_and_store(args, t, acc, s);
+}
+
+// The weights broadcast in place: the tile's rows before the expert's dot rows go through
+// 16-lane panels into ct[col][row] (scratch), the rest through dot tiles.
+void forward_broadcast(const ForwardArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
+                       const Scratch& s) {
+  const int64_t m = args.expert_rows[static_cast<size_t>(t.expert)];
+  const int64_t first_dot =
+      args.first_row[static_cast<size_t>(t.expert)] + forward_dot_tail_start(m);
+  const int64_t panel_rows = std::clamp<int64_t>(first_dot - t.row0, 0, t.rows);
+  const int64_t ldct = round_up(panel_rows, kOuterCols);
+  forward_broadcast_w(args, w, t, panel_rows, forward_first(args, next), s.c, ldct, s);
+  store_broadcast_result(args, t, panel_rows, s.c, ldct, s);
+}
+
+// F32 outer-product tiles on the weights packed once per tile and depth block.
+void forward_outer(const ForwardArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
+                   const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, true, false, t, s);
+  outer_product(
+      t.rows, t.cols, args.in_features, acc.c, acc.ldc, s,
+      [&](int64_t i0, int64_t rows, int64_t k0, int64_t kc, float* a) {
+        pack_a_rows_of(args.x, t.row0 + i0, rows, k0, kc, a);
+      },
+      [&](int64_t k0, int64_t kc, float* b) {
+        pack_b_transposed(w, k0, kc, t.col0, t.cols, b);
+        return BBlock{b, kOuterCols};
+      },
+      [&](int64_t k0, int64_t kc) { return region_of(w, t.col0, t.cols, k0, kc); },
+      forward_first(args, next));
+  add_bias_and_store(args, t, acc, s);
+}
+
+// F32 dot tiles, summed into zeros.
+void forward_dots_tile(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+                       const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, true, true, t, s);
+  forward_dot(args, w, t, acc.c, acc.ldc, s);
+  add_bias_and_store(args, t, acc, s);
+}
+
+}  // namespace
+
+ForwardPath forward_path_of(const ForwardArgs& args, int32_t expert) {
+  const auto e = static_cast<size_t>(expert);
+  return forward_path(args.expert_rows[e], args.x.dtype, args.weights[e].dtype,
+                      SetCaps::of(micro_kernels()));
+}
+
+void forward_tile(const ForwardArgs& args, const Tile& t, const Tile* next, float* scratch) {
+  const MatrixRef& w = args.weights[static_cast<size_t>(t.expert)];
+  const Scratch s = split_scratch(t, scratch);
+  switch (forward_path_of(args, t.expert)) {
+    case ForwardPath::kFp8PairDots:
+      forward_fp8_pair_dots(args, w, t, s);
+      return;
+    case ForwardPath::kFp8PairTiles:
+      forward_fp8_pair_tiles(args, w, t, next, s);
+      return;
+    case ForwardPath::kPairDots:
+      forward_pair_dots(args, w, t, s);
+      return;
+    case ForwardPath::kPairTiles:
+      forward_pair_tiles(args, w, t, next, s);
+      return;
+    case ForwardPath::kBroadcast:
+      forward_broadcast(args, w, t, next, s);
+      return;
+    case ForwardPath::kDots:
+      forward_dots_tile(args, w, t, s);
+      return;
+    case ForwardPath::kOuter:
+      forward_outer(args, w, t, next, s);
+      return;
+  }
 }
 
 }  // namespace grouplin::kernels

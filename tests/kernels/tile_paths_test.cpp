@@ -1,0 +1,134 @@
+// The path rules by themselves (tile_paths.hpp): which loops an expert's tiles run, as a pure
+// function of the operation, the expert's rows, the dtypes and what the kernel set has. Each
+// boundary is checked on both sides, for every kind of set.
+#include "kernels/tile_paths.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace grouplin::kernels {
+namespace {
+
+constexpr SetCaps kWidening{};                            // portable, AVX2, AVX-512F
+constexpr SetCaps kBf16Pairs{true, true, false, false};   // AVX512-BF16 without VBMI
+constexpr SetCaps kBf16Fp8Pairs{true, true, true, true};  // AVX512-BF16 with VBMI
+constexpr SetCaps kAmx{true, false, false, false};        // AMX: pair tiles, no pair dots
+constexpr DType kF32 = DType::F32, kBf16 = DType::BF16, kFp8 = DType::F8_E4M3;
+
+TEST(TilePaths, ForwardOfF32WeightsByRows) {
+  for (const SetCaps& set : {kWidening, kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
+    EXPECT_EQ(forward_path(1, kF32, kF32, set), ForwardPath::kDots);
+    EXPECT_EQ(forward_path(kDotMaxRows, kF32, kF32, set), ForwardPath::kDots);
+    EXPECT_EQ(forward_path(kDotMaxRows + 1, kF32, kF32, set), ForwardPath::kBroadcast);
+    EXPECT_EQ(forward_path(kBroadcastMaxRows, kF32, kF32, set), ForwardPath::kBroadcast);
+    EXPECT_EQ(forward_path(kBroadcastMaxRows + 1, kF32, kF32, set), ForwardPath::kOuter);
+    // F32 x beside BF16 weights never takes the pair kernels.
+    EXPECT_EQ(forward_path(200, kF32, kBf16, set), ForwardPath::kOuter);
+  }
+}
+
+TEST(TilePaths, ForwardOfBf16WeightsWidenedWithoutPairKernels) {
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16, kBf16, kBf16, kWidening), ForwardPath::kDots);
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16 + 1, kBf16, kBf16, kWidening), ForwardPath::kOuter);
+  // Wasteful last panels of x (tails of 1-4 and 9-12 rows) pack rather than broadcast.
+  EXPECT_EQ(forward_path(16 + 5, kBf16, kBf16, kWidening), ForwardPath::kBroadcast);
+  EXPECT_EQ(forward_path(16 + 4, kBf16, kBf16, kWidening), ForwardPath::kOuter);
+  EXPECT_EQ(forward_path(16 + 12, kBf16, kBf16, kWidening), ForwardPath::kOuter);
+  EXPECT_EQ(forward_path(32, kBf16, kBf16, kWidening), ForwardPath::kBroadcast);
+  EXPECT_EQ(forward_path(16 + 4, kF32, kF32, kWidening), ForwardPath::kBroadcast);
+}
+
+TEST(TilePaths, ForwardOfBf16OperandsOnPairKernels) {
+  for (const SetCaps& set : {kBf16Pairs, kBf16Fp8Pairs}) {
+    EXPECT_EQ(forward_path(1, kBf16, kBf16, set), ForwardPath::kPairDots);
+    EXPECT_EQ(forward_path(kPairDotMaxRows, kBf16, kBf16, set), ForwardPath::kPairDots);
+    EXPECT_EQ(forward_path(kPairDotMaxRows + 1, kBf16, kBf16, set), ForwardPath::kPairTiles);
+    EXPECT_EQ(forward_path(5000, kBf16, kBf16, set), ForwardPath::kPairTiles);
+  }
+  // AMX has no pair dots: a few rows stay on widened dot tiles.
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16, kBf16, kBf16, kAmx), ForwardPath::kDots);
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16 + 1, kBf16, kBf16, kAmx), ForwardPath::kPairTiles);
+}
+
+TEST(TilePaths, ForwardOfFp8Weights) {
+  EXPECT_EQ(forward_path(1, kBf16, kFp8, kBf16Fp8Pairs), ForwardPath::kFp8PairDots);
+  EXPECT_EQ(forward_path(kFp8DotMaxRows, kBf16, kFp8, kBf16Fp8Pairs), ForwardPath::kFp8PairDots);
+  EXPECT_EQ(forward_path(kFp8DotMaxRows + 1, kBf16, kFp8, kBf16Fp8Pairs),
+            ForwardPath::kFp8PairTiles);
+  // Without the FP8 pair kernels, or beside F32 x, FP8 codes decode to F32 values.
+  for (const SetCaps& set : {kWidening, kBf16Pairs, kAmx}) {
+    EXPECT_EQ(forward_path(kDotMaxRows, kBf16, kFp8, set), ForwardPath::kDots);
+    EXPECT_EQ(forward_path(kDotMaxRows + 1, kBf16, kFp8, set), ForwardPath::kBroadcast);
+  }
+  EXPECT_EQ(forward_path(4, kF32, kFp8, kBf16Fp8Pairs), ForwardPath::kDots);
+}
+
+TEST(TilePaths, ForwardPairTilesTurnWhereXFillsItsStrips) {
+  EXPECT_TRUE(forward_pairs_turned(1));
+  EXPECT_TRUE(forward_pairs_turned(kTurnedMaxRows));
+  EXPECT_FALSE(forward_pairs_turned(kTurnedMaxRows + 1));
+  EXPECT_TRUE(forward_pairs_turned(64));
+  EXPECT_FALSE(forward_pairs_turned(72));
+  EXPECT_TRUE(forward_pairs_turned(kTurnedAlignedMaxRows));
+  EXPECT_FALSE(forward_pairs_turned(kTurnedAlignedMaxRows + kOuterCols));
+  EXPECT_TRUE(fp8_forward_turned(kTurnedMaxRows));
+  EXPECT_FALSE(fp8_forward_turned(64));
+}
+
+TEST(TilePaths, Dgrad) {
+  for (const SetCaps& set : {kWidening, kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
+    EXPECT_EQ(dgrad_path(kDirectMaxRows, kF32, kF32, set), DgradPath::kDirect);
+    EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kF32, kF32, set), DgradPath::kOuter);
+    EXPECT_EQ(dgrad_path(kDirectMaxRows, kBf16, kBf16, set), DgradPath::kDirect);
+  }
+  EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kBf16, kBf16, kWidening), DgradPath::kOuter);
+  for (const SetCaps& set : {kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
+    EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kBf16, kBf16, set), DgradPath::kPairTiles);
+  }
+  EXPECT_EQ(dgrad_path(1, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
+  EXPECT_EQ(dgrad_path(kFp8RowsMaxRows, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
+  EXPECT_EQ(dgrad_path(kFp8RowsMaxRows + 1, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8PairTiles);
+  EXPECT_EQ(dgrad_path(kFp8RowsMaxRows + 1, kBf16, kFp8, kBf16Pairs), DgradPath::kOuter);
+  EXPECT_EQ(dgrad_path(2, kF32, kFp8, kBf16Fp8Pairs), DgradPath::kDirect);
+}
+
+TEST(TilePaths, Wgrad) {
+  for (const SetCaps& set : {kWidening, kBf16Pairs, kAmx}) {
+    EXPECT_EQ(wgrad_path(kDirectMaxDepth, kF32, kF32, set), WgradPath::kDirect);
+    EXPECT_EQ(wgrad_path(kDirectMaxDepth + 1, kF32, kF32, set), WgradPath::kPanels);
+    EXPECT_EQ(wgrad_path(kOuterDepth, kF32, kF32, set), WgradPath::kPanels);
+    EXPECT_EQ(wgrad_path(kOuterDepth + 1, kF32, kF32, set), WgradPath::kOuter);
+    EXPECT_EQ(wgrad_path(kDirectMaxDepth, kBf16, kBf16, set), WgradPath::kDirect);
+  }
+  EXPECT_EQ(wgrad_path(kOuterDepth + 1, kBf16, kBf16, kWidening), WgradPath::kOuter);
+  EXPECT_EQ(wgrad_path(kDirectMaxDepth + 1, kBf16, kBf16, kBf16Pairs), WgradPath::kPairTiles);
+  EXPECT_EQ(wgrad_path(kDirectMaxDepth + 1, kBf16, kBf16, kAmx), WgradPath::kPairTiles);
+}
+
+// forward_chain (which chain of operations a row's sums get, for the tests' models) reads the
+// same rule.
+TEST(TilePaths, ForwardChainFollowsTheForwardPath) {
+  EXPECT_EQ(forward_chain(3, 0, true, true, true), ForwardChain::kPairDots);
+  EXPECT_EQ(forward_chain(3, 0, true, true, false), ForwardChain::kDot);
+  EXPECT_EQ(forward_chain(7, 0, true, true, true), ForwardChain::kPairs);
+  EXPECT_EQ(forward_chain(8, 0, false, true, true), ForwardChain::kDot);
+  EXPECT_EQ(forward_chain(17, 0, false, false, false), ForwardChain::kFma);
+  EXPECT_EQ(forward_chain(17, 16, false, false, false), ForwardChain::kDotTail);
+  EXPECT_EQ(forward_chain(200, 199, false, false, false), ForwardChain::kFma);
+}
+
+TEST(TilePaths, SetCapsReadTheSet) {
+  MicroKernels set{};
+  EXPECT_FALSE(SetCaps::of(set).pair_tiles);
+  set.pair_tile = [](int, int, int64_t, const uint16_t*, int64_t, const uint32_t*, int64_t, float*,
+                     int64_t, bool) {};
+  const SetCaps caps = SetCaps::of(set);
+  EXPECT_TRUE(caps.pair_tiles);
+  EXPECT_FALSE(caps.pair_dots);
+  EXPECT_FALSE(caps.fp8_dots);
+  EXPECT_FALSE(caps.fp8_rows);
+}
+
+}  // namespace
+}  // namespace grouplin::kernels
