@@ -176,9 +176,11 @@ void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
   for (size_t e = 0; e < m_splits.size(); ++e) {
     args.weights.push_back(weight_matrix(weights, weight_scales, e));
     args.expert_rows.push_back(m_splits[e]);
+    const DgradPath path =
+        dgrad_path(m_splits[e], dy.dtype(), weights[e].dtype(), SetCaps::of(micro_kernels()));
     blocks.push_back({first[e], m_splits[e], dx.dim(1), dy.dim(1),
                       static_cast<double>(bytes_of(weights[e])),
-                      m_splits[e] <= kDirectMaxRows ? kDgradDirectTile : kDgradTile});
+                      path == DgradPath::kDirect ? kDgradDirectTile : kDgradTile});
   }
   const TilePlan plan = plan_tiles(blocks);
   run_plan(plan, scratch_floats(plan),

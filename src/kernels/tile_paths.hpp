@@ -78,6 +78,9 @@ inline constexpr int64_t kInPlaceMaxRowsBf16 = 96;
 // rows, 8 rows of dx a 4 KiB stride apart alias in L1 and packing wins again.
 inline constexpr int64_t kDirectMaxRows = 4;
 inline constexpr int64_t kDirectMaxDepth = 4;
+// BF16 dgrad on the pair kernels from more than kDgradPairsMinRows rows per expert: at 3-4 rows
+// the widened fma_rows are compute-bound (each sum read and written per weight row), and packing
+// pair panels pays; at 2 rows the weights' stream bounds both and fma_rows is faster.
 
 // BF16 x BF16 products (x or dy and the weights all BF16) on a kernel set with pair kernels
 // (AVX512-BF16, AMX: MicroKernels::pair_tile, pair_block) run on them, the operands kept BF16,
@@ -85,14 +88,13 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // pair group) or, on AMX, the whole depth at once (wgrad: blocks of kPairScratchDepth;
 // pair_product in tile_products.hpp):
 // forward for experts with more rows than forward_dots takes (and, on a set with dot_tile_pairs,
-// `few_rows`: AVX512-BF16, for every expert with rows), dgrad and wgrad for experts with more
-// than kDirectMaxRows (kDirectMaxDepth) rows (the fewer-row paths are memory- or write-bound
-// and stay widened). Decided by the expert's row count, never the tile's, so the tiling does not
-// change which chain a row gets.
-// Forward of experts of 1 to kPairDotMaxRows rows runs dot_tile_pairs, which reads each weight
-// row as it lies, one load and one vdpbf16ps per 32 weights, no transposes and no packing, one
-// weight row at a time (one memory stream per core reads faster than several). AMX not measured
-// (it keeps widened dot tiles for 1-3 rows).
+// `few_rows`: AVX512-BF16, for every expert with rows), dgrad for experts with more than
+// kDgradPairsMinRows rows and wgrad for more than kDirectMaxDepth (the fewer-row paths are memory-
+// or write-bound and stay widened). Decided by the expert's row count, never the tile's, so the
+// tiling does not change which chain a row gets. Forward of experts of 1 to kPairDotMaxRows rows
+// runs dot_tile_pairs, which reads each weight row as it lies, one load and one vdpbf16ps per 32
+// weights, no transposes and no packing, one weight row at a time (one memory stream per core reads
+// faster than several). AMX not measured (it keeps widened dot tiles for 1-3 rows).
 inline constexpr int64_t kPairDotMaxRows = kPairDotRows;
 inline bool forward_pair_dots(int64_t rows, bool bf16_operands, bool pair_dots) {
   return pair_dots && bf16_operands && rows > 0 && rows <= kPairDotMaxRows;
@@ -116,8 +118,9 @@ inline constexpr int64_t kFp8RowsMaxRows = 8;
 // that the tiling does not change a row's chain).
 inline bool fp8_forward_dots(int64_t rows) { return rows <= kFp8DotMaxRows; }
 inline bool fp8_dgrad_rows(int64_t rows) { return rows <= kFp8RowsMaxRows; }
+inline constexpr int64_t kDgradPairsMinRows = 2;
 inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
-  return pair_kernels && bf16_operands && rows > kDirectMaxRows;
+  return pair_kernels && bf16_operands && rows > kDgradPairsMinRows;
 }
 // Forward pair tiles of at most kTurnedMaxRows rows, and of a multiple of 16 rows up to
 // kTurnedAlignedMaxRows (without packed weights), turn the product around: the weights are A,

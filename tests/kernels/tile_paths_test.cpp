@@ -80,11 +80,12 @@ TEST(TilePaths, Dgrad) {
   for (const SetCaps& set : {kWidening, kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
     EXPECT_EQ(dgrad_path(kDirectMaxRows, kF32, kF32, set), DgradPath::kDirect);
     EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kF32, kF32, set), DgradPath::kOuter);
-    EXPECT_EQ(dgrad_path(kDirectMaxRows, kBf16, kBf16, set), DgradPath::kDirect);
+    EXPECT_EQ(dgrad_path(kDgradPairsMinRows, kBf16, kBf16, set), DgradPath::kDirect);
   }
+  EXPECT_EQ(dgrad_path(kDirectMaxRows, kBf16, kBf16, kWidening), DgradPath::kDirect);
   EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kBf16, kBf16, kWidening), DgradPath::kOuter);
   for (const SetCaps& set : {kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
-    EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kBf16, kBf16, set), DgradPath::kPairTiles);
+    EXPECT_EQ(dgrad_path(kDgradPairsMinRows + 1, kBf16, kBf16, set), DgradPath::kPairTiles);
   }
   EXPECT_EQ(dgrad_path(1, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
   EXPECT_EQ(dgrad_path(kFp8RowsMaxRows, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
