@@ -111,7 +111,7 @@ TEST_P(KernelSetTest, OuterProductTilesEqualAvx2Bits) {
 TEST_P(KernelSetTest, FmaRowsEqualAvx2BitsAndWriteOnlyTheirColumns) {
   const int64_t ld = 131;
   for (int64_t cols : {1, 15, 16, 17, 63, 64, 65, 100}) {
-    for (int64_t rows : {1, 3}) {
+    for (int64_t rows : {1, 3, 8}) {
       for (int64_t depth : {2, 5}) {
         const std::vector<float> a = random_floats(static_cast<size_t>(rows * depth), 3);
         const std::vector<float> b = random_floats(static_cast<size_t>(depth * ld), 4);
