@@ -8,10 +8,10 @@
 //   ... forward_tile(args, plan.tiles[i], &plan.tiles[j], scratch + worker * per_worker);
 //
 // Which path each expert's tiles take is tile_paths.hpp's. Operands are F32 or BF16 matrices;
-// arithmetic is F32. Each output element is computed in one
-// tile, by one chain of operations whose order is fixed by the shapes alone (see
-// micro_kernels.hpp), and BF16 results are rounded once, at the end. F32 results accumulate in
-// place in the output; BF16 results (and accumulated gradients) in F32 scratch.
+// arithmetic is F32. Each output element is computed in one tile, by one chain of operations
+// whose order is fixed by the shapes alone (see micro_kernels.hpp), and BF16 results are rounded
+// once, at the end. F32 results accumulate in place in the output; BF16 results (and accumulated
+// gradients) in F32 scratch.
 #pragma once
 
 #include <cstddef>
