@@ -26,10 +26,10 @@ struct PtReadOptions {
   // CRC-32 of data.pkl and the other small records (byteorder, version): always worth it.
   bool check_record_crc = true;
   // CRC-32 of every storage record too. Off by default: it reads every byte of the file at load
-  // time (14 GB/s on one core with PCLMULQDQ, 2 GB/s without, ~10 GB/s for a warm memcpy), which
-  // defeats zero-copy loading of large checkpoints; damaged tensor bytes cannot make the reader
-  // misbehave, since every size and offset is checked structurally. Callers that want end-to-end
-  // integrity (a `verify` command) turn it on.
+  // time, at about the speed of a copy (docs/PERFORMANCE.md), which defeats zero-copy loading of
+  // large checkpoints; damaged tensor bytes cannot make the reader misbehave, since every size
+  // and offset is checked structurally. Callers that want end-to-end integrity (a `verify`
+  // command) turn it on.
   bool check_storage_crc = false;
   // When set, receives what the reader leaves out on purpose, as warnings: the column-wise copy
   // of a TransformerEngine MXFP8Tensor (CopyDropped, naming the entry). Not owned.

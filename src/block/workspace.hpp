@@ -1,7 +1,7 @@
 // Private: the memory for the expert block's intermediates that never leave a call (the gathered
 // rows, the gate's output, their gradients). A fresh heap tensor of tens of megabytes costs its
-// page faults on every call (a third of a Qwen3-30B-A3B layer's forward at 512 tokens, measured
-// by perf: docs/PERFORMANCE.md); a buffer kept per calling thread costs them once.
+// page faults on every call (docs/PERFORMANCE.md, measurements behind the code's comments); a
+// buffer kept per calling thread costs them once.
 #pragma once
 
 #include <cstddef>

@@ -26,9 +26,7 @@ constexpr TileShape kOuterTile = {
 constexpr TileShape kForwardTile = kOuterTile;
 constexpr TileShape kDgradTile = kOuterTile;
 // dgrad of experts with at most kDirectMaxRows rows (unpacked, weight-streaming): wide tiles, so
-// that each weight row is read whole, in one contiguous run (docs/PERFORMANCE.md: 1024 columns
-// ran at a third to a half of 2048; 8192 took gpt-oss's transposed weights, rows of 5760, from
-// 17 to 30 GB/s).
+// that each weight row is read whole, in one contiguous run (docs/PERFORMANCE.md).
 constexpr TileShape kDgradDirectTile = {
     .rows = kDirectMaxRows, .cols = 8192, .row_align = 1, .col_align = kOuterCols};
 constexpr TileShape kWgradTile = kOuterTile;

@@ -84,14 +84,13 @@ Isa best_isa(const CpuFeatures& f) {
   return Isa::Portable;
 }
 
-// Measured, each CPU with every kernel set in one session (docs/PERFORMANCE.md): on a Sapphire
-// Rapids (2 cores, 2026-12-02) the AVX512-BF16 set's vdpbf16ps pair kernels ran BF16 at
-// 0.45-0.80x the AVX-512F set's widening kernels in all 16 BF16 cases (qwen3-up forward 87 vs
-// 193 GF/s, mixtral-s forward 156 vs 278); on an AMD Zen 4 (2 vCPUs, 2026-12-03), where one
-// vdpbf16ps does twice the multiply-adds of an F32 FMA in the same time, at 1.2-1.9x
-// (qwen3-up forward 230 vs 167 GF/s, mixtral forward 354 vs 201). F32 is the same code in both.
-// So an Intel CPU with AVX512_BF16 but no AMX runs the AVX-512F set, an AMD one the AVX512-BF16
-// set. (AMX keeps its place: it lost at 32 rows per expert but won at 256, 437 vs 278 GF/s.)
+// Measured, each CPU with every kernel set in one session (docs/PERFORMANCE.md, measurements
+// behind the code's comments): on a Sapphire Rapids the AVX512-BF16 set's vdpbf16ps pair kernels
+// ran BF16 slower than the AVX-512F set's widening kernels in every BF16 case; on an AMD Zen 4,
+// where one vdpbf16ps does twice the multiply-adds of an F32 FMA in the same time, faster in
+// every case. F32 is the same code in both. So an Intel CPU with AVX512_BF16 but no AMX runs the
+// AVX-512F set, an AMD one the AVX512-BF16 set. (AMX keeps its place: it lost at 32 rows per
+// expert but won at 256.)
 Isa preferred_isa(const CpuFeatures& f) {
   const Isa best = best_isa(f);
   return best == Isa::Avx512Bf16 && !f.amd ? Isa::Avx512 : best;

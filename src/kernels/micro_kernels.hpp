@@ -215,8 +215,7 @@ struct MicroKernels {
   // + j] (high half; 0 when 2r + 1 == depth) for 16s + j < cols, and 0 past cols in the last
   // panel, for every r < ceil(depth / 2). Row pair by row pair across all panels, so that each
   // source row is read once, in order (panel by panel, rows a page apart missed L1 at every
-  // load: packing took 27-35% of a BF16 dgrad at 32 rows per expert). Requires: cols >= 1,
-  // dst_strip >= kOuterCols * ceil(depth / 2).
+  // load; docs/PERFORMANCE.md). Requires: cols >= 1, dst_strip >= kOuterCols * ceil(depth / 2).
   void (*pack_pair_rows)(const uint16_t* src, int64_t ld, int64_t depth, int64_t cols,
                          uint32_t* dst, int64_t dst_strip);
 

@@ -270,8 +270,7 @@ GROUPLIN_AVX2 inline __m256i round_to_bf16(__m256i bits, bool any_nan) {
 // 16 floats from src rounded to BF16, in order.
 GROUPLIN_AVX2 inline __m256i narrow16(const float* src) {
   const __m256 lo_f = _mm256_loadu_ps(src), hi_f = _mm256_loadu_ps(src + 8);
-  // One unordered compare finds a NaN in either half (five integer steps did before; 8192
-  // floats in L1 on one core: 45 -> 52 GB/s of F32 read).
+  // One unordered compare finds a NaN in either half (five integer steps did before, slower).
   const __m256 nan_lanes = _mm256_cmp_ps(lo_f, hi_f, _CMP_UNORD_Q);
   const bool any_nan = !_mm256_testz_ps(nan_lanes, nan_lanes);
   const __m256i lo = _mm256_castps_si256(lo_f), hi = _mm256_castps_si256(hi_f);
@@ -280,9 +279,8 @@ GROUPLIN_AVX2 inline __m256i narrow16(const float* src) {
       _mm256_packus_epi32(round_to_bf16(lo, any_nan), round_to_bf16(hi, any_nan)), 0xd8);
 }
 
-// 16 values per step, packed with one packus and one permute: 46 GB/s of F32 read on one core in
-// L1 (52 with the NaN check above), against 26 GB/s for 8 values per step with the NaN blend
-// always done.
+// 16 values per step, packed with one packus and one permute: faster than 8 values per step with
+// the NaN blend always done (docs/PERFORMANCE.md).
 GROUPLIN_AVX2 void narrow_bf16_avx2(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -431,8 +429,8 @@ GROUPLIN_AVX2 void transpose_avx2(const float* src, int64_t lds, int64_t rows, i
 }
 
 // Columns in blocks of 64 held in eight registers while all `count` rows are added, so that each
-// block of sums is loaded and stored once per call instead of once per row (blocks of 32: 85
-// GB/s below; BF16 rows measured the same with either).
+// block of sums is loaded and stored once per call instead of once per row (blocks of 32 were
+// slower on F32 rows; docs/PERFORMANCE.md).
 template <bool kBf16>
 GROUPLIN_AVX2 void add_rows_avx2_impl(const void* rows, int64_t row_bytes, int64_t count, int64_t n,
                                       float* sums, bool zero) {
@@ -462,9 +460,8 @@ GROUPLIN_AVX2 void add_rows_avx2_impl(const void* rows, int64_t row_bytes, int64
                                 sums + j, zero);
 }
 
-// One core, F32 rows, GB/s of rows read: 64 rows of 1024 in L2, 8 rows per call 90 (one row per
-// call, loading and storing the sums for every row: 51.6; the portable loop as GCC 12 compiles it
-// at -O2 for baseline x86-64: 37); 4096 rows of 4096 from memory: 25.5 (16.0; 12.6).
+// Faster than one row per call and than the portable loop, in cache and from memory
+// (docs/PERFORMANCE.md).
 void add_rows_avx2(const void* rows, int64_t row_bytes, int64_t count, bool bf16, int64_t n,
                    float* sums, bool zero) {
   if (bf16) {

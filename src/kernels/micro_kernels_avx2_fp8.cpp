@@ -88,8 +88,7 @@ GROUPLIN_AVX2 inline void dot_fp8_step(const float* a, int64_t lda, const uint8_
     // from memory (L1) and each row its scale. Held in registers beside 12 sums (the x values,
     // the decoded rows, the scales and the mask) they did not fit: GCC spilled sums, 45 stack
     // references in the 4 x 3 loop (9 now). The empty asm statements keep it from hoisting the
-    // loads back out of the loop. Same run: 4 rows per expert 1.07-1.11x the FP8 forward GF/s of
-    // before; taken for fewer sums it cost up to 23% at one row.
+    // loads back out of the loop. Faster at 9-12 sums, slower for fewer (docs/PERFORMANCE.md).
     const float* sc = scale;
     asm("" : "+r"(sc));
 #pragma GCC unroll 4
@@ -416,11 +415,8 @@ void dot_tile_fp8_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, 
 
 void fma_rows_fp8_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda,
                        const Fp8Operand& b, int64_t cols, float* c, int64_t ldc) {
-  // Same bits either way. Measured end to end, same run (grouplin bench --dtype fp8 --ops dgrad,
-  // 2 threads, Zen 3; FP8 / BF16 weights over 4 shapes): one row 1.09-1.35x by row (ahead in 3
-  // of 4), 1.10-1.19x in strips; two rows 1.06-1.27x, 1.12-1.33x; four rows 1.01-1.32x,
-  // 1.46-1.81x (strips that scanned each rectangle first; checking as they run took two rows to
-  // 1.38-1.70x).
+  // Same bits either way; the choice by rows is measured (docs/PERFORMANCE.md, measurements
+  // behind the code's comments).
   switch (rows) {
     case 1:
       return fma_rows_fp8_by_row<1>(rows, depth, a, lda, b, cols, c, ldc);

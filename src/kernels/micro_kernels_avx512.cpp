@@ -9,10 +9,9 @@
 // Written for the register file and ports of Intel's AVX-512 cores (two 512-bit FMA units, two
 // loads per cycle: per depth step, 24 fused multiply-adds against 4 B loads and 6 broadcasts);
 // tested under emulation (tests/kernels/emulated_kernels_test.cpp) and natively where the CPU has
-// AVX-512F. Measured on a Sapphire Rapids (F32 0.45-0.82x dense sgemm) and an AMD Zen 4 (which
-// splits each 512-bit operation in two: F32 within a few percent of the AVX2 set, 0.75-0.97x
-// dense sgemm); docs/PERFORMANCE.md. 2 strips instead of 4 on the Zen 4 (its L1 is 32 KiB) was
-// within noise in an interleaved A/B.
+// AVX-512F. Measured on a Sapphire Rapids and an AMD Zen 4 (which splits each 512-bit operation
+// in two, so F32 runs within a few percent of the AVX2 set there): docs/PERFORMANCE.md, also for
+// 4 strips against 2 on the Zen 4's 32 KiB L1 (within noise).
 //
 // Only what this file defines goes into its object: no standard-library inline functions, whose
 // AVX-512 instances the linker could pick for code that runs on any CPU.
@@ -221,9 +220,8 @@ GROUPLIN_AVX512 inline void fma_row(float av_scalar, const unsigned char* bp, fl
 // than the rows (dgrad of a few rows, streaming the weights): row by row of B, each whole row
 // read once, in order, into every row of c (through memory). Otherwise (wgrad of a few rows'
 // depth): by blocks of 64 columns, then 16, then a masked tail, each row's sums in registers
-// across the depth (through memory, loading and storing c at every depth step, a BF16 wgrad of 4
-// rows per expert wrote 11 GB/s of gradients; this way 1.25-1.35x, while dgrad ran 0.8-0.9x this
-// way: docs/PERFORMANCE.md).
+// across the depth (wgrad ran slower loading and storing c at every depth step; dgrad ran slower
+// with its sums in registers: docs/PERFORMANCE.md).
 template <bool kBf16>
 GROUPLIN_AVX512 void fma_rows_impl(int64_t rows, int64_t depth, const float* a, int64_t lda,
                                    const void* b, int64_t ldb, int64_t cols, float* c,

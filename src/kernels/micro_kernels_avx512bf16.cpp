@@ -17,9 +17,9 @@
 // flushes denormal inputs and results to zero (Intel SDM, VDPBF16PS), so these results differ in
 // the last bits from the F32 kernels on the widened values.
 //
-// Measured (docs/PERFORMANCE.md): on a Sapphire Rapids, 0.45-0.80x the AVX-512F set's widening
-// kernels on BF16; on an AMD Zen 4, where vdpbf16ps does twice the multiply-adds of an F32 FMA
-// in the same time, 1.2-1.9x (so isa.cpp prefers this set on AMD only). Tested under emulation
+// Slower than the AVX-512F set's widening kernels on BF16 on a Sapphire Rapids, faster on an AMD
+// Zen 4, where vdpbf16ps does twice the multiply-adds of an F32 FMA in the same time (so isa.cpp
+// prefers this set on AMD only; docs/PERFORMANCE.md). Tested under emulation
 // (tests/kernels/emulated_kernels_test.cpp: SIMDe, with vdpbf16ps as the SDM's pseudo-code
 // reads) and natively against the double-precision reference (on the Zen 4: passed).
 //

@@ -219,11 +219,9 @@ GROUPLIN_AVX512BF16_VBMI inline void scale_into(float* c, int64_t n, __m512 t, f
 
 // The lines of one block of code rows (its rows x the call's columns) in address order, a line
 // per step: while a block is read down its columns, 64 at a time (the chains stay in registers),
-// the next one is prefetched along its rows, as one stream. On a Zen 4 (2 threads) reading down
-// the columns with only the same rows' next 64 columns prefetched ran 0.7-1.3x the dequantizing
-// kernel on weights from memory (128 rows in flight at once); the chains kept in memory
-// instead, to read along the rows, 0.5-0.9x (two loads and a store per vdpbf16ps); this
-// stream, 1.3-2.6x (docs/PERFORMANCE.md).
+// the next one is prefetched along its rows, as one stream: faster than prefetching only the
+// same rows' next 64 columns (128 rows in flight at once) and than keeping the chains in memory
+// to read along the rows (two loads and a store per vdpbf16ps); docs/PERFORMANCE.md.
 struct BlockPrefetch {
   const uint8_t* row;
   int64_t ld, bytes, rows;

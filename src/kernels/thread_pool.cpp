@@ -64,8 +64,7 @@ struct Run {
 // id, a closed bit and the number of helpers that joined): the caller, once it has taken and
 // finished every task it could, closes the ticket and waits only for the helpers that joined.
 // A helper that wakes late finds the run closed and never touches it, so a call never waits for a
-// sleeping thread to wake (tens of microseconds on a VM). One expert's dgrad of 16 rows after a
-// 2 ms pause (helpers asleep), 60 calls: median 300 -> 200 us, 90th percentile 530 -> 330 us.
+// sleeping thread to wake (tens of microseconds on a VM; docs/PERFORMANCE.md).
 class Pool {
  public:
   ~Pool() {

@@ -48,8 +48,7 @@ void store_gradient(const WgradArgs& args, const Tile& t, const Accumulator& acc
 // wgrad of one depth block (few rows per expert: write-bound): x's rows packed once, then each
 // panel of up to 6 gradient rows is formed in L1 and streamed out (added to the old gradient
 // first when accumulating), instead of summing in place in the output or storing the whole tile
-// and streaming it from L2. 128 experts of 1024 x 384, 2 threads, same-run A/B, GF/s before /
-// after: F32 16 rows 108 / 133, 32 rows 153 / 165, 64 rows 103 / 179, 128 rows 200 / 197.
+// and streaming it from L2 (faster up to 64 rows: docs/PERFORMANCE.md).
 void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const Region& after,
                      const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
@@ -349,8 +348,7 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
 // Blocks of dy that likely sit in cache take 8 rows per pass of add_rows (the sums of a column
 // block stay in registers through the pass); larger ones, streamed from memory, one row per pass,
 // in address order: jumping between 8 rows every 256 bytes defeated the prefetchers. Same bits
-// either way. One core, rows of 384 F32: 64 rows in L2, 88 GB/s with 8 rows per pass against 36
-// with one; 16384 rows from memory, 14-18 GB/s against 28-37.
+// either way (docs/PERFORMANCE.md).
 constexpr int64_t kBgradRowsPerPass = 8;
 constexpr int64_t kBgradCachedBytes = int64_t{1} << 20;
 

@@ -115,7 +115,8 @@ Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64
 
 // The row panels of `rows` rows: as few as fit in kOuterRows each, of nearly equal heights (32
 // rows: 6, 6, 5, 5, 5, 5). Below 4 rows a micro-tile has too few accumulators to hide the FMA
-// latency and costs as much as a full one: 32 rows as 6 x 5 + 2 ran 15% slower.
+// latency and costs nearly as much as a full one (docs/PERFORMANCE.md, measurements behind the
+// code's comments).
 struct RowPanels {
   int64_t count, base, extra;  // the first `extra` panels have base + 1 rows, the rest base
   explicit RowPanels(int64_t rows)
