@@ -274,6 +274,43 @@ void wgrad_pair_tiles(const WgradArgs& args, const Tile& t, const Tile* next, co
   store_gradient(args, t, acc, s);
 }
 
+// BF16 pair tiles over one depth block (few rows per expert: write-bound), the pair-kernel form of
+// wgrad_by_panels: dyᵀ transposed and x's rows packed once, then each group of gradient rows
+// formed in L1 across the tile's columns and streamed out at once, so that writing the gradient
+// overlaps the next group's products instead of following the whole tile. The calls of
+// wgrad_pair_tiles' one depth block in another order: the same bits.
+void wgrad_pair_panels(const WgradArgs& args, const Tile& t, const Tile* next, const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  const int64_t first = args.first_row[static_cast<size_t>(t.expert)];
+  const int64_t kc = t.depth;
+  auto* at = reinterpret_cast<uint16_t*>(s.a);
+  const int64_t lda = round_up(kc, 2 * kPairGroup);
+  transpose_bf16(args.dy, first, kc, t.row0, t.rows, at, lda);
+  auto* panels = reinterpret_cast<uint32_t*>(s.b);
+  pack_pairs_rows(args.x, first, kc, t.col0, t.cols, panels);
+  const int64_t strip = pair_panel_dwords(kc);
+  const int64_t strips = (t.cols + kOuterCols - 1) / kOuterCols;
+  const RowPanels groups(t.rows);
+  Prefetcher prefetch(wgrad_first(args, next), groups.count);
+  for (int64_t q = 0; q < groups.count; ++q) {
+    const int64_t i = groups.start(q);
+    const int h = groups.height(q);
+    prefetch.step();
+    for (int64_t j = 0; j < strips; j += mk.pair_strips) {
+      const int ns = static_cast<int>(std::min<int64_t>(mk.pair_strips, strips - j));
+      mk.pair_tile(h, ns, kc, at + i * lda, lda, panels + j * strip, strip, s.c + j * kOuterCols,
+                   s.ldc, false);
+    }
+    for (int64_t r = 0; r < h; ++r) {
+      float* c = s.c + r * s.ldc;
+      if (args.accumulate) add_old_gradient(g, t.row0 + i + r, t, c, s.row);
+      stream_f32(c, t.cols, g, t.row0 + i + r, t.col0);
+    }
+  }
+  stream_fence();
+}
+
 // A depth of a few rows: fma_rows straight from dy's columns (gathered as F32 rows) and x's rows.
 // Write-bound: without accumulating, each group of kDirectRowGroup rows is formed in L1 and
 // streamed out once.
@@ -330,6 +367,9 @@ void wgrad_tile(const WgradArgs& args, const Tile& t, const Tile* next, float* s
   switch (wgrad_path(t.depth, args.x.dtype, args.dy.dtype, SetCaps::of(micro_kernels()))) {
     case WgradPath::kPairTiles:
       wgrad_pair_tiles(args, t, next, s);
+      return;
+    case WgradPath::kPairPanels:
+      wgrad_pair_panels(args, t, next, s);
       return;
     case WgradPath::kDirect:
       wgrad_direct(args, t, s);

@@ -143,15 +143,20 @@ inline bool wgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && rows > kDirectMaxDepth;
 }
 
+// BF16 wgrad of at most this many rows per expert (one depth block of the pair tiles) streams each
+// group of gradient rows out as soon as it is formed (WgradPath::kPairPanels).
+inline constexpr int64_t kPairPanelsMaxDepth = kOuterDepth;
+
 // What the rules read of a kernel set: which of its optional kernels it has.
 struct SetCaps {
   bool pair_tiles = false;  // pair_tile: BF16 x BF16 products (AVX512-BF16, AMX)
   bool pair_dots = false;   // dot_tile_pairs: forward of a few rows along the depth
   bool fp8_dots = false;    // dot_tile_fp8_pairs (with the scaled pair tiles: FP8 forward)
   bool fp8_rows = false;    // fma_rows_fp8_pairs (with the scaled pair tiles: FP8 dgrad)
+  bool pair_block = false;  // pair_block: pair products want long runs per call (AMX)
   static SetCaps of(const MicroKernels& mk) {
     return {mk.pair_tile != nullptr, mk.dot_tile_pairs != nullptr, mk.dot_tile_fp8_pairs != nullptr,
-            mk.fma_rows_fp8_pairs != nullptr};
+            mk.fma_rows_fp8_pairs != nullptr, mk.pair_block != nullptr};
   }
 };
 
@@ -206,13 +211,16 @@ inline DgradPath dgrad_path(int64_t rows, DType dy, DType w, const SetCaps& set)
 // The wgrad paths (tile_backward.cpp; an expert without rows only writes zeros, or keeps its
 // gradient when accumulating):
 //   kPairTiles  BF16 pair tiles: dyᵀ transposed into BF16 rows, x's rows into pair panels
+//   kPairPanels the same for one depth block (at most kPairPanelsMaxDepth rows), each group of
+//               gradient rows streamed out as soon as formed (sets without pair_block)
 //   kDirect     fma_rows straight from the operands (depth of a few rows: write-bound)
 //   kPanels     one depth block: x's rows packed once, dy's columns a panel at a time
 //   kOuter      F32 outer-product tiles over depth blocks
-enum class WgradPath { kPairTiles, kDirect, kPanels, kOuter };
+enum class WgradPath { kPairTiles, kPairPanels, kDirect, kPanels, kOuter };
 inline WgradPath wgrad_path(int64_t rows, DType x, DType dy, const SetCaps& set) {
   if (wgrad_pairs(rows, x == DType::BF16 && dy == DType::BF16, set.pair_tiles)) {
-    return WgradPath::kPairTiles;
+    return rows <= kPairPanelsMaxDepth && !set.pair_block ? WgradPath::kPairPanels
+                                                          : WgradPath::kPairTiles;
   }
   if (rows <= kDirectMaxDepth) return WgradPath::kDirect;
   return rows <= kOuterDepth ? WgradPath::kPanels : WgradPath::kOuter;

@@ -13,7 +13,7 @@ namespace {
 constexpr SetCaps kWidening{};                            // portable, AVX2, AVX-512F
 constexpr SetCaps kBf16Pairs{true, true, false, false};   // AVX512-BF16 without VBMI
 constexpr SetCaps kBf16Fp8Pairs{true, true, true, true};  // AVX512-BF16 with VBMI
-constexpr SetCaps kAmx{true, false, false, false};        // AMX: pair tiles, no pair dots
+constexpr SetCaps kAmx{true, false, false, false, true};  // AMX: pair tiles (long runs), no dots
 constexpr DType kF32 = DType::F32, kBf16 = DType::BF16, kFp8 = DType::F8_E4M3;
 
 TEST(TilePaths, ForwardOfF32WeightsByRows) {
@@ -103,8 +103,12 @@ TEST(TilePaths, Wgrad) {
     EXPECT_EQ(wgrad_path(kDirectMaxDepth, kBf16, kBf16, set), WgradPath::kDirect);
   }
   EXPECT_EQ(wgrad_path(kOuterDepth + 1, kBf16, kBf16, kWidening), WgradPath::kOuter);
-  EXPECT_EQ(wgrad_path(kDirectMaxDepth + 1, kBf16, kBf16, kBf16Pairs), WgradPath::kPairTiles);
+  // One depth block streams its gradient rows out as formed, except on AMX (long runs per call).
+  EXPECT_EQ(wgrad_path(kDirectMaxDepth + 1, kBf16, kBf16, kBf16Pairs), WgradPath::kPairPanels);
+  EXPECT_EQ(wgrad_path(kPairPanelsMaxDepth, kBf16, kBf16, kBf16Pairs), WgradPath::kPairPanels);
+  EXPECT_EQ(wgrad_path(kPairPanelsMaxDepth + 1, kBf16, kBf16, kBf16Pairs), WgradPath::kPairTiles);
   EXPECT_EQ(wgrad_path(kDirectMaxDepth + 1, kBf16, kBf16, kAmx), WgradPath::kPairTiles);
+  EXPECT_EQ(wgrad_path(kPairPanelsMaxDepth, kBf16, kBf16, kAmx), WgradPath::kPairTiles);
 }
 
 // forward_chain (which chain of operations a row's sums get, for the tests' models) reads the
