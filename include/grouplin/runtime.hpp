@@ -22,6 +22,23 @@ int num_threads();
 // Thread-safe; a call in progress keeps the count it started with.
 void set_num_threads(int n);
 
+// Runs the kernels' parallel work on the threads of an OpenMP runtime already loaded in this
+// process instead of GroupLin's own: `library` is its name or path as dlopen finds it among the
+// loaded libraries (e.g. the path /proc/self/maps gives for PyTorch's libgomp.so.1). For a
+// process where another library's OpenMP threads run between GroupLin's calls (PyTorch's ops):
+// they keep spinning for a while after each of their parallel regions, on the cores GroupLin's
+// own threads would need, and their team takes GroupLin's tasks at once instead. Any runtime with
+// the GNU OpenMP ABI (GOMP_parallel, omp_get_thread_num: GCC's libgomp; LLVM's and Intel's
+// runtimes export it too). num_threads() still sets how many threads a call uses; results are
+// the same bits either way. Throws Error(InvalidArgument) naming `library` when it is not loaded
+// or is not an OpenMP runtime (nothing changes then). Thread-safe; a call in progress finishes
+// on the threads it started with.
+void use_openmp_threads(const std::string& library);
+// Back to GroupLin's own threads (the default).
+void use_own_threads();
+// The OpenMP runtime the kernels run on (as given to use_openmp_threads), or "" for their own.
+std::string openmp_threads();
+
 // The instruction set the kernels run on: "portable", "avx2", "avx512", "avx512bf16" or "amx",
 // the most capable set (in that order, each implying the ones before) that the CPU and the OS
 // offer and that the environment variable GROUPLIN_ISA, one of those names, allows

@@ -12,6 +12,7 @@ Tensors cross by DLPack in both directions without a copy.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -20,8 +21,50 @@ import torch as _torch
 from . import _core
 from . import Checkpoint, _checkpoint, _path, _rules, PathLike, Rules
 from ._dtypes import to_raw, to_raw_lists, torch_view
+from ._errors import make_error
 
-__all__ = ["GroupedLinear", "grouped_linear", "load"]
+__all__ = ["GroupedLinear", "grouped_linear", "load", "use_torch_threads"]
+
+
+def _openmp_runtime() -> Optional[str]:
+    """The OpenMP runtime torch's ops run on (the path of the loaded library), or None when
+    torch's parallel backend is not OpenMP or no such library is loaded."""
+    if "parallel backend: OpenMP" not in _torch.__config__.parallel_info():
+        return None
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = [line.split()[-1] for line in maps if line.count(" ") >= 5]
+    except OSError:
+        return None
+    for path in paths:
+        name = os.path.basename(path)
+        if name.startswith(("libgomp", "libiomp5", "libomp")) and ".so" in name:
+            return path
+    return None
+
+
+def use_torch_threads(on: bool = True) -> Optional[str]:
+    """Runs GroupLin's kernels on torch's own OpenMP threads (``on``), or on GroupLin's threads.
+
+    torch's OpenMP threads keep spinning for a while after each of its ops, on the cores GroupLin
+    would run on: a GroupLin call between torch ops (a model's experts layer) then shares its
+    cores with them. On torch's threads it does not; results are the same bits either way.
+    ``import grouplin.torch`` turns it on where torch runs on OpenMP (set GROUPLIN_OWN_THREADS=1
+    to keep GroupLin's). Returns the OpenMP library now in use, or None for GroupLin's threads;
+    raises ``grouplin.Error`` (InvalidArgument) when asked to turn it on and torch's ops do not
+    run on an OpenMP runtime this process has loaded."""
+    if not on:
+        _core.use_own_threads()
+        return None
+    library = _openmp_runtime()
+    if library is None:
+        raise make_error("InvalidArgument",
+                         "use_torch_threads: expected torch's ops to run on an OpenMP runtime loaded "
+                         "in this process; found parallel backend: "
+                         + _torch.__config__.parallel_info().split("parallel backend:")[-1]
+                         .strip())
+    _core.use_openmp_threads(library)
+    return library
 
 
 def load(path: PathLike) -> Checkpoint:
@@ -299,3 +342,9 @@ def _dtype_name(dtype: Any) -> str:
         raise make_error("UnsupportedDType", f"params_dtype {dtype}: expected torch.float32, "
                          "torch.bfloat16, torch.float8_e4m3fn or their GroupLin names")
     return names[dtype]
+
+
+# Where torch's ops run on OpenMP, GroupLin's calls between them run on the same threads
+# (use_torch_threads says why); GROUPLIN_OWN_THREADS=1 keeps GroupLin's own.
+if os.environ.get("GROUPLIN_OWN_THREADS", "") != "1" and _openmp_runtime() is not None:
+    use_torch_threads(True)

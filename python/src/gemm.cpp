@@ -8,6 +8,7 @@
 
 #include "bindings.hpp"
 #include "grouplin/grouped_gemm.hpp"
+#include "grouplin/runtime.hpp"
 
 namespace grouplin::python {
 
@@ -87,6 +88,13 @@ void bind_gemm(nb::module_& m) {
         nb::arg("dw"), nb::arg("db"), nb::arg("framework"),
         "(dx [T, in], dw [N, out, in], db [N, out]) of grouped_linear_forward for dy [T, out]; "
         "None for what is not asked for.");
+  m.def("use_openmp_threads", &use_openmp_threads, nb::arg("library"),
+        "Runs the kernels' parallel work on the threads of this already loaded OpenMP runtime.");
+  m.def("use_own_threads", &use_own_threads,
+        "Runs the kernels' parallel work on GroupLin's own "
+        "threads (the default).");
+  m.def("openmp_threads", &openmp_threads,
+        "The OpenMP runtime the kernels run on, or \"\" for GroupLin's own threads.");
 }
 
 }  // namespace grouplin::python

@@ -4,10 +4,13 @@
 #include <immintrin.h>
 #endif
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,6 +35,8 @@ inline void spin_pause() {
 #endif
 }
 
+struct OpenMpRuntime;
+
 // One run of run_tasks: the task function and the shared task counter.
 struct Run {
   const std::function<void(size_t, int)>* fn = nullptr;
@@ -41,6 +46,7 @@ struct Run {
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   std::exception_ptr error;
+  const OpenMpRuntime* openmp = nullptr;  // the team's runtime, when it runs on one
 
   void work(int worker) {
     for (;;) {
@@ -159,6 +165,24 @@ Pool& pool() {
   return instance;
 }
 
+// An OpenMP runtime already loaded in the process (use_openmp_threads), reached through the GNU
+// ABI that GCC's libgomp defines and LLVM's and Intel's runtimes also export: GOMP_parallel runs
+// fn(data) on a team of num_threads threads, the caller as thread 0, and returns when all have.
+struct OpenMpRuntime {
+  std::string library;
+  void (*parallel)(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
+  int (*thread_num)();
+};
+std::atomic<const OpenMpRuntime*> g_openmp{nullptr};
+std::atomic<bool> g_openmp_busy{false};
+std::mutex g_openmp_mutex;  // serializes use_openmp_threads and use_own_threads
+
+void openmp_body(void* data) {
+  Run& run = *static_cast<Run*>(data);
+  const int worker = run.openmp->thread_num();
+  if (worker >= 0 && worker < run.workers) run.work(worker);
+}
+
 }  // namespace
 
 int threads_from_environment(const char* value) {
@@ -208,6 +232,21 @@ void run_tasks(size_t count, int workers, const std::function<void(size_t, int)>
   run.fn = &fn;
   run.count = count;
   run.workers = std::max(1, workers);
+  // On an OpenMP runtime's team (one run at a time: a nested or concurrent call runs alone).
+  const OpenMpRuntime* openmp = g_openmp.load(std::memory_order_acquire);
+  if (openmp != nullptr && run.workers > 1) {
+    if (g_openmp_busy.exchange(true)) {
+      run.workers = 1;
+      run.work(0);
+    } else {
+      run.openmp = openmp;
+      openmp->parallel(openmp_body, &run, static_cast<unsigned>(run.workers), 0);
+      g_openmp_busy.store(false);
+      run.work(0);  // a team smaller than asked for (the runtime's choice) leaves tasks here
+    }
+    if (run.error) std::rethrow_exception(run.error);
+    return;
+  }
   Pool& p = pool();
   if (run.workers == 1 || !p.try_acquire()) {
     run.workers = 1;
@@ -222,6 +261,47 @@ void run_tasks(size_t count, int workers, const std::function<void(size_t, int)>
     p.release();
   }
   if (run.error) std::rethrow_exception(run.error);
+}
+
+void use_openmp_threads(const std::string& library) {
+  std::lock_guard lock(g_openmp_mutex);
+  // Every runtime used stays, with its library handle open, until exit (one per library), so
+  // that a call still running on the one before never sees it go.
+  static auto* const kept = new std::vector<std::unique_ptr<OpenMpRuntime>>;
+  for (const auto& r : *kept) {
+    if (r->library == library) {
+      g_openmp.store(r.get(), std::memory_order_release);
+      return;
+    }
+  }
+  const std::string what = "use_openmp_threads: " + quote(library) + ": ";
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    throw Error(ErrorCode::InvalidArgument,
+                what + "expected an OpenMP runtime already loaded in this process; found none");
+  }
+  auto runtime = std::make_unique<OpenMpRuntime>();
+  runtime->library = library;
+  runtime->parallel = reinterpret_cast<decltype(runtime->parallel)>(dlsym(handle, "GOMP_parallel"));
+  runtime->thread_num = reinterpret_cast<int (*)()>(dlsym(handle, "omp_get_thread_num"));
+  if (runtime->parallel == nullptr || runtime->thread_num == nullptr) {
+    dlclose(handle);
+    throw Error(ErrorCode::InvalidArgument,
+                what + "expected a library exporting GOMP_parallel and omp_get_thread_num (an " +
+                    "OpenMP runtime); this one does not");
+  }
+  kept->push_back(std::move(runtime));
+  g_openmp.store(kept->back().get(), std::memory_order_release);
+}
+
+void use_own_threads() {
+  std::lock_guard lock(g_openmp_mutex);
+  g_openmp.store(nullptr, std::memory_order_release);
+}
+
+std::string openmp_threads() {
+  const OpenMpRuntime* r = g_openmp.load(std::memory_order_acquire);
+  return r == nullptr ? std::string() : r->library;
 }
 
 }  // namespace grouplin::kernels

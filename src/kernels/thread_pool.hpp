@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 
 namespace grouplin::kernels {
 
@@ -48,5 +49,14 @@ int workers_for(size_t count);
 // tasks run on the calling thread alone, as worker 0.
 // Requires: workers >= 1.
 void run_tasks(size_t count, int workers, const std::function<void(size_t task, int worker)>& fn);
+
+// Runs later calls' tasks on the threads of the OpenMP runtime `library` (a name or path that
+// dlopen finds among the libraries already loaded in this process) instead of the pool's own
+// helpers; use_own_threads goes back. openmp_threads: the runtime in use, or "" (the pool's own).
+// Throws Error(InvalidArgument) naming `library` when it is not loaded or is not an OpenMP
+// runtime. grouplin::use_openmp_threads (runtime.hpp) says why.
+void use_openmp_threads(const std::string& library);
+void use_own_threads();
+std::string openmp_threads();
 
 }  // namespace grouplin::kernels

@@ -1,12 +1,15 @@
 // The kernels' thread pool: every task runs once, workers are exclusive, errors propagate, nested
-// and concurrent runs fall back to the calling thread, and the thread count is validated.
+// and concurrent runs fall back to the calling thread, the thread count is validated, and runs go
+// to an OpenMP runtime's threads when asked (GCC's libgomp here, as PyTorch loads its own).
 #include "kernels/thread_pool.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -139,6 +142,63 @@ TEST_F(ThreadPoolTest, ThreadCountIsValidated) {
       EXPECT_EQ(e.code(), ErrorCode::InvalidEnvironment);
       EXPECT_NE(std::string(e.what()).find("GROUPLIN_NUM_THREADS"), std::string::npos);
     }
+  }
+}
+
+// GCC's OpenMP runtime loaded as PyTorch loads its copy, or null (then the tests say so and skip).
+void* load_libgomp() { return dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL); }
+
+TEST_F(ThreadPoolTest, RunsOnAnOpenMpRuntimesTeamWhenAsked) {
+  void* gomp = load_libgomp();
+  if (gomp == nullptr) GTEST_SKIP() << "libgomp.so.1 not found: " << dlerror();
+  auto thread_num = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_thread_num"));
+  ASSERT_NE(thread_num, nullptr);
+  use_openmp_threads("libgomp.so.1");
+  EXPECT_EQ(openmp_threads(), "libgomp.so.1");
+  set_num_threads(2);
+  const size_t count = 400;
+  std::vector<std::atomic<int>> runs(count);
+  std::atomic<int> on_team{0}, off_team{0}, second{0};
+  run_tasks(count, 2, [&](size_t task, int worker) {
+    runs[task].fetch_add(1);
+    // On the team, the runtime numbers its threads as the workers are numbered.
+    (thread_num() == worker ? on_team : off_team).fetch_add(1);
+    if (worker == 1) second.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));  // 20 ms: both threads work
+    if (task % 100 == 0) {  // nested: runs on this thread alone, every task once
+      std::atomic<int> inner{0};
+      run_tasks(10, 2, [&](size_t, int w) { inner += w == 0 ? 1 : 100; });
+      EXPECT_EQ(inner.load(), 10);
+    }
+  });
+  for (size_t i = 0; i < count; ++i) ASSERT_EQ(runs[i].load(), 1) << i;
+  EXPECT_EQ(off_team.load(), 0);
+  EXPECT_GT(second.load(), 0);
+  // An exception in a task on the team comes back to the caller.
+  EXPECT_THROW(run_tasks(50, 2,
+                         [](size_t task, int) {
+                           if (task == 25) throw std::runtime_error("task 25");
+                         }),
+               std::runtime_error);
+  use_own_threads();
+  EXPECT_EQ(openmp_threads(), "");
+  std::atomic<int> own_off_team{0};
+  run_tasks(count, 2, [&](size_t, int worker) {
+    if (worker == 1 && thread_num() != 0) own_off_team.fetch_add(1);
+  });
+  EXPECT_EQ(own_off_team.load(), 0);  // the pool's own helper is no OpenMP thread
+}
+
+TEST_F(ThreadPoolTest, RefusesWhatIsNotALoadedOpenMpRuntime) {
+  for (const char* library : {"libgrouplin-no-such-runtime.so.7", "libm.so.6"}) {
+    try {
+      use_openmp_threads(library);
+      FAIL() << "accepted " << library;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(library), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(openmp_threads(), "");  // nothing changed
   }
 }
 

@@ -1,6 +1,7 @@
 // Runtime control from the public headers alone: the worker count, forward/backward into the
 // caller's tensors (no tensor allocated in a training loop), and tensors over the caller's own
 // memory (Tensor::from_blob).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -45,6 +46,37 @@ TEST_F(RuntimeControl, WorkerCountIsPublicAndNeverChangesBits) {
     passes.push_back(testing::run_pass(*gl));
   }
   testing::expect_same_pass(passes[0], passes[1]);
+}
+
+// On an OpenMP runtime's threads (GCC's libgomp, loaded as PyTorch loads its copy), the grouped
+// GEMMs give the bits of GroupLin's own threads; a library that is no loaded runtime is refused.
+TEST_F(RuntimeControl, OpenMpThreadsGiveTheSameBits) {
+  if (dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL) == nullptr) {
+    GTEST_SKIP() << "libgomp.so.1 not found: " << dlerror();
+  }
+  const Error e = testing::expect_error([] { use_openmp_threads("libgrouplin-none.so"); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+  EXPECT_EQ(openmp_threads(), "");
+  set_num_threads(2);
+  const std::vector<int64_t> splits = {64, 0, 100, 36};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor x = testing::test_tensor({200, 256}, 1, dt);
+    const Tensor dy = testing::test_tensor({200, 192}, 2, dt);
+    const ExpertWeights w = ExpertWeights::stacked(testing::test_tensor({4, 192, 256}, 3, dt));
+    std::vector<Tensor> results[2];
+    for (int on_openmp : {0, 1}) {
+      if (on_openmp) use_openmp_threads("libgomp.so.1");
+      results[on_openmp].push_back(grouped_linear_forward(x, splits, w));
+      GroupedGrads g = grouped_linear_backward(x, dy, splits, w);
+      results[on_openmp].push_back(g.dx);
+      results[on_openmp].push_back(g.dw);
+      use_own_threads();
+    }
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      EXPECT_TRUE(results[0][i].bit_equal(results[1][i])) << dtype_name(dt) << " result " << i;
+    }
+  }
+  EXPECT_EQ(openmp_threads(), "");
 }
 
 TEST_F(RuntimeControl, ForwardAndBackwardIntoCallerTensorsGiveTheSameBits) {

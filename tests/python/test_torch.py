@@ -145,6 +145,36 @@ def test_stateless_grouped_linear_matches_the_loop_and_the_layer():
     assert e.value.code == "SplitCountMismatch"
 
 
+def test_kernels_run_on_torchs_openmp_threads_with_the_same_bits():
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("torch's ops do not run on OpenMP here")
+    library = gtorch.use_torch_threads(True)
+    assert os.path.basename(library).startswith(("libgomp", "libiomp5", "libomp"))
+    assert grouplin._core.openmp_threads() == library
+    torch.manual_seed(4)
+    splits = [64, 0, 100, 36]
+    x = torch.randn(200, 256, requires_grad=True)
+    w = torch.randn(4, 192, 256, requires_grad=True)
+    runs = []
+    for on in (True, False):
+        assert (gtorch.use_torch_threads(on) is None) == (not on)
+        x.grad = w.grad = None
+        y = gtorch.grouped_linear(x, splits, w)
+        y.square().sum().backward()
+        runs.append((y.detach(), x.grad, w.grad))
+    assert grouplin._core.openmp_threads() == ""
+    for got, want in zip(*runs):
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    # Imported, grouplin.torch turns it on unless GROUPLIN_OWN_THREADS=1 says not to.
+    for own, want in (("0", library), ("1", "")):
+        out = subprocess.run(
+            [sys.executable, "-c", "import grouplin.torch, grouplin._core as c; "
+             "print(c.openmp_threads())"], capture_output=True, text=True, check=True,
+            env=dict(os.environ, GROUPLIN_OWN_THREADS=own)).stdout.strip()
+        assert out == want
+    gtorch.use_torch_threads(True)
+
+
 def test_a_weight_changed_before_backward_is_refused_as_torch_refuses_it():
     layer = gtorch.GroupedLinear(2, 4, 3, seed=5)
     x = torch.randn(5, 4, requires_grad=True)
