@@ -4,7 +4,10 @@ random weights, BF16) run by transformers 5 with its default experts backend and
 tokens, and greedy decode tokens/s after a short prompt.
 
     PYTHONPATH=<grouplin package> .bench-venv/bin/python bench/transformers_model.py \\
-        [--layers 4] [--prefill 512] [--decode 16] [--rounds 3]
+        [--layers 4] [--prefill 512] [--decode 16] [--rounds 3] [--own-threads]
+
+--own-threads adds "grouplin-own": GroupLin's experts on GroupLin's own threads instead of
+torch's OpenMP threads (grouplin.torch.use_torch_threads(False) while it runs).
 """
 import argparse
 import time
@@ -30,11 +33,13 @@ def main():
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--own-threads", action="store_true")
     args = ap.parse_args()
+    import grouplin.torch
     import grouplin.transformers  # noqa: F401  (registers "grouplin")
     m = model(args.layers)
     default = m.config._experts_implementation
-    backends = [default, "grouplin"]
+    backends = [default, "grouplin"] + (["grouplin-own"] if args.own_threads else [])
     print(f"# Qwen3-MoE, {args.layers} layers of Qwen3-30B-A3B width, BF16, torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads; default experts backend: "
           f"{default}")
@@ -45,7 +50,8 @@ def main():
     tokens = {}
     for r in range(args.rounds + 1):  # round 0 warms up
         for b in backends:
-            m.set_experts_implementation(b)
+            m.set_experts_implementation(b.split("-")[0])
+            grouplin.torch.use_torch_threads(b != "grouplin-own")
             with torch.no_grad():
                 t0 = time.perf_counter()
                 m(input_ids=prefill_ids)
@@ -62,10 +68,11 @@ def main():
     print("| | " + " | ".join(backends) + " | grouplin vs default |")
     print("|---|" + "---|" * len(backends) + "---|")
     p = [best[b]["prefill"] * 1e3 for b in backends]
-    print(f"| prefill {args.prefill} tokens (ms) | {p[0]:.0f} | {p[1]:.0f} | {p[0] / p[1]:.2f}x |")
+    print(f"| prefill {args.prefill} tokens (ms) | " + " | ".join(f"{v:.0f}" for v in p) +
+          f" | {p[0] / p[1]:.2f}x |")
     d = [args.decode / best[b]["decode"] for b in backends]
-    print(f"| decode (tokens/s, {args.decode} after {args.prompt}) | {d[0]:.2f} | {d[1]:.2f} | "
-          f"{d[1] / d[0]:.2f}x |")
+    print(f"| decode (tokens/s, {args.decode} after {args.prompt}) | " +
+          " | ".join(f"{v:.2f}" for v in d) + f" | {d[1] / d[0]:.2f}x |")
     print(f"# greedy tokens the same for both backends: {same}")
 
 
