@@ -160,7 +160,7 @@ def main():
                 best[b] = float("inf")
         for _ in range(args.rounds):
             for b in list(best):
-                torch.ones(256, 256) @ torch.ones(256, 256)  # a torch op right before, as in a model
+                torch.ones(256, 256) @ torch.ones(256, 256)  # a torch op before, as in a model
                 t0 = time.perf_counter()
                 call(layers, b, h, index, weights, backward)
                 best[b] = min(best[b], time.perf_counter() - t0)

@@ -36,11 +36,13 @@ def _openmp_runtime() -> Optional[str]:
             paths = [line.split()[-1] for line in maps if line.count(" ") >= 5]
     except OSError:
         return None
-    for path in paths:
-        name = os.path.basename(path)
-        if name.startswith(("libgomp", "libiomp5", "libomp")) and ".so" in name:
-            return path
-    return None
+    names = ("libgomp", "libiomp5", "libomp")
+    runtimes = [p for p in paths
+                if os.path.basename(p).startswith(names) and ".so" in os.path.basename(p)]
+    # The copy torch ships beside itself first (another library may have loaded the system's).
+    own = os.path.dirname(os.path.abspath(_torch.__file__)) + os.sep
+    runtimes.sort(key=lambda p: not p.startswith(own))
+    return runtimes[0] if runtimes else None
 
 
 def use_torch_threads(on: bool = True) -> Optional[str]:
@@ -59,8 +61,8 @@ def use_torch_threads(on: bool = True) -> Optional[str]:
     library = _openmp_runtime()
     if library is None:
         raise make_error("InvalidArgument",
-                         "use_torch_threads: expected torch's ops to run on an OpenMP runtime loaded "
-                         "in this process; found parallel backend: "
+                         "use_torch_threads: expected torch's ops to run on an OpenMP runtime "
+                         "loaded in this process; found parallel backend: "
                          + _torch.__config__.parallel_info().split("parallel backend:")[-1]
                          .strip())
     _core.use_openmp_threads(library)
