@@ -45,6 +45,18 @@ void store_gradient(const WgradArgs& args, const Tile& t, const Accumulator& acc
   store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
 }
 
+// Gradient rows t.row0 + i.. (h of them) from the first h rows of the scratch tile (formed in L1
+// a group at a time), added to the old gradient first when accumulating, streamed out.
+void stream_gradient_rows(const WgradArgs& args, const Tile& t, int64_t i, int64_t h,
+                          const Scratch& s) {
+  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
+  for (int64_t r = 0; r < h; ++r) {
+    float* c = s.c + r * s.ldc;
+    if (args.accumulate) add_old_gradient(g, t.row0 + i + r, t, c, s.row);
+    stream_f32(c, t.cols, g, t.row0 + i + r, t.col0);
+  }
+}
+
 // wgrad of one depth block (few rows per expert: write-bound): x's rows packed once, then each
 // panel of up to 6 gradient rows is formed in L1 and streamed out (added to the old gradient
 // first when accumulating), instead of summing in place in the output or storing the whole tile
@@ -52,7 +64,6 @@ void store_gradient(const WgradArgs& args, const Tile& t, const Accumulator& acc
 void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const Region& after,
                      const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
-  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
   const int64_t kc = t.depth;
   pack_b_rows(args.x, first, kc, t.col0, t.cols, s.b);
   const RowPanels panels(t.rows);
@@ -68,11 +79,7 @@ void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const 
       mk.outer_strips(h, ns, kc, s.a, 1, kOuterRows, s.b + j * kOuterCols * kc, kOuterCols,
                       kOuterCols * kc, s.c + j * kOuterCols, s.ldc, false);
     }
-    for (int64_t r = 0; r < h; ++r) {
-      float* c = s.c + r * s.ldc;
-      if (args.accumulate) add_old_gradient(g, t.row0 + i + r, t, c, s.row);
-      stream_f32(c, t.cols, g, t.row0 + i + r, t.col0);
-    }
+    stream_gradient_rows(args, t, i, h, s);
   }
   stream_fence();
 }
@@ -281,7 +288,6 @@ void wgrad_pair_tiles(const WgradArgs& args, const Tile& t, const Tile* next, co
 // wgrad_pair_tiles' one depth block in another order: the same bits.
 void wgrad_pair_panels(const WgradArgs& args, const Tile& t, const Tile* next, const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
-  const MutableMatrixRef& g = args.wgrads[static_cast<size_t>(t.expert)];
   const int64_t first = args.first_row[static_cast<size_t>(t.expert)];
   const int64_t kc = t.depth;
   auto* at = reinterpret_cast<uint16_t*>(s.a);
@@ -302,11 +308,7 @@ void wgrad_pair_panels(const WgradArgs& args, const Tile& t, const Tile* next, c
       mk.pair_tile(h, ns, kc, at + i * lda, lda, panels + j * strip, strip, s.c + j * kOuterCols,
                    s.ldc, false);
     }
-    for (int64_t r = 0; r < h; ++r) {
-      float* c = s.c + r * s.ldc;
-      if (args.accumulate) add_old_gradient(g, t.row0 + i + r, t, c, s.row);
-      stream_f32(c, t.cols, g, t.row0 + i + r, t.col0);
-    }
+    stream_gradient_rows(args, t, i, h, s);
   }
   stream_fence();
 }
@@ -326,8 +328,7 @@ void wgrad_direct(const WgradArgs& args, const Tile& t, const Scratch& s) {
       const int64_t h = std::min(kDirectRowGroup, t.rows - r0);
       for (int64_t r = 0; r < h; ++r) std::fill_n(s.c + r * s.ldc, t.cols, 0.0f);
       mk.fma_rows(h, t.depth, s.a + r0 * t.depth, t.depth, xr.data, xr.ld, t.cols, s.c, s.ldc);
-      for (int64_t r = 0; r < h; ++r)
-        stream_f32(s.c + r * s.ldc, t.cols, g, t.row0 + r0 + r, t.col0);
+      stream_gradient_rows(args, t, r0, h, s);
     }
     stream_fence();
     return;
