@@ -232,26 +232,16 @@ void run_tasks(size_t count, int workers, const std::function<void(size_t, int)>
   run.fn = &fn;
   run.count = count;
   run.workers = std::max(1, workers);
-  // On an OpenMP runtime's team (one run at a time: a nested or concurrent call runs alone).
+  // On an OpenMP runtime's team when one is in use, else on the pool; one run at a time on
+  // either: a nested or concurrent call runs on its calling thread alone.
   const OpenMpRuntime* openmp = g_openmp.load(std::memory_order_acquire);
-  if (openmp != nullptr && run.workers > 1) {
-    if (g_openmp_busy.exchange(true)) {
-      run.workers = 1;
-      run.work(0);
-    } else {
-      run.openmp = openmp;
-      openmp->parallel(openmp_body, &run, static_cast<unsigned>(run.workers), 0);
-      g_openmp_busy.store(false);
-      run.work(0);  // a team smaller than asked for (the runtime's choice) leaves tasks here
-    }
-    if (run.error) std::rethrow_exception(run.error);
-    return;
-  }
   Pool& p = pool();
-  if (run.workers == 1 || !p.try_acquire()) {
-    run.workers = 1;
-    run.work(0);
-  } else {
+  if (run.workers > 1 && openmp != nullptr && !g_openmp_busy.exchange(true)) {
+    run.openmp = openmp;
+    openmp->parallel(openmp_body, &run, static_cast<unsigned>(run.workers), 0);
+    g_openmp_busy.store(false);
+    run.work(0);  // a team smaller than asked for (the runtime's choice) leaves tasks here
+  } else if (run.workers > 1 && openmp == nullptr && p.try_acquire()) {
     try {
       p.execute(run);
     } catch (...) {  // only thread creation can throw here, before any task ran on a helper
@@ -259,6 +249,9 @@ void run_tasks(size_t count, int workers, const std::function<void(size_t, int)>
       throw;
     }
     p.release();
+  } else {
+    run.workers = 1;
+    run.work(0);
   }
   if (run.error) std::rethrow_exception(run.error);
 }
