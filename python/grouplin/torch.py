@@ -348,5 +348,7 @@ def _dtype_name(dtype: Any) -> str:
 
 # Where torch's ops run on OpenMP, GroupLin's calls between them run on the same threads
 # (use_torch_threads says why); GROUPLIN_OWN_THREADS=1 keeps GroupLin's own.
-if os.environ.get("GROUPLIN_OWN_THREADS", "") != "1" and _openmp_runtime() is not None:
-    use_torch_threads(True)
+if os.environ.get("GROUPLIN_OWN_THREADS", "") != "1":
+    _library = _openmp_runtime()
+    if _library is not None:
+        _core.use_openmp_threads(_library)
