@@ -284,14 +284,20 @@ void forward_fp8_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const T
 }
 
 // A few rows (dot_tile_pairs): x's rows and the weights' read along the depth as they lie
-// (packed weights are not read: their panels would give these rows the pair_tile chain).
+// (packed weights are not read: their panels would give these rows the pair_tile chain),
+// kPairDotRows rows of x at a time (each group after the first reads the tile's weights again,
+// from L2).
 void forward_pair_dots(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
                        const Scratch& s) {
+  const MicroKernels& mk = micro_kernels();
   const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-  micro_kernels().dot_tile_pairs(
-      static_cast<int>(t.rows), static_cast<int>(t.cols), args.in_features,
-      reinterpret_cast<const uint16_t*>(element(args.x, t.row0, 0)), args.x.ld,
-      reinterpret_cast<const uint16_t*>(element(w, t.col0, 0)), w.ld, acc.c, acc.ldc);
+  for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
+    const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
+    mk.dot_tile_pairs(h, static_cast<int>(t.cols), args.in_features,
+                      reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)), args.x.ld,
+                      reinterpret_cast<const uint16_t*>(element(w, t.col0, 0)), w.ld,
+                      acc.c + i * acc.ldc, acc.ldc);
+  }
   add_bias_and_store(args, t, acc, s);
 }
 
@@ -299,8 +305,22 @@ void forward_pair_dots(const ForwardArgs& args, const MatrixRef& w, const Tile& 
 // ct[col][row] = W_slice · x_rowsᵀ, the weights as A read in place, x's rows packed as B once
 // per block, ct transposed into y), else x's rows as A against the weights packed once per tile
 // and block, or packed beforehand.
-void forward_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
+void forward_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const Tile& whole,
                         const Tile* next, const Scratch& s) {
+  // The expert's last few rows, where the tile holds them, by dot_tile_pairs (tile_paths.hpp).
+  const auto e = static_cast<size_t>(whole.expert);
+  const int64_t first_dot =
+      args.first_row[e] +
+      forward_pair_dot_tail_start(args.expert_rows[e], micro_kernels().dot_tile_pairs != nullptr);
+  Tile t = whole;
+  t.rows = std::clamp<int64_t>(first_dot - whole.row0, 0, whole.rows);
+  if (t.rows < whole.rows) {
+    Tile tail = whole;
+    tail.row0 = whole.row0 + t.rows;
+    tail.rows = whole.rows - t.rows;
+    forward_pair_dots(args, w, tail, s);
+    if (t.rows == 0) return;
+  }
   const uint32_t* packed = packed_for(args, t);
   if (packed == nullptr && forward_pairs_turned(t.rows)) {
     const int64_t ldct = round_up(t.rows, kOuterCols);

@@ -134,6 +134,21 @@ inline bool forward_pairs_turned(int64_t tile_rows) {
   return tile_rows <= kTurnedMaxRows ||
          (tile_rows <= kTurnedAlignedMaxRows && tile_rows % kOuterCols == 0);
 }
+// BF16 pair tiles on a set with dot_tile_pairs: an expert of at most kTurnedMaxRows rows (its
+// tiles turned: x's rows are B's 16-lane strips) whose last strip would hold only 1 to
+// kPairDotTailMaxRows rows, after at least one whole strip, sums those last rows by dot_tile_pairs
+// along the whole depth (ForwardChain::kPairDots): a pair strip spends its 16 lanes on them however
+// few they are, dot_tile_pairs one vdpbf16ps per row (the bound: docs/PERFORMANCE.md, "An
+// expert's last few rows by dot_tile_pairs").
+inline constexpr int64_t kPairDotTailMaxRows = 4;
+// The expert-relative row from which an expert of `rows` rows on the pair tiles sums its rows by
+// dot_tile_pairs (rows: none).
+inline int64_t forward_pair_dot_tail_start(int64_t rows, bool pair_dots) {
+  const int64_t full = rows / kOuterCols * kOuterCols, tail = rows - full;
+  const bool dot_tail =
+      pair_dots && full > 0 && rows <= kTurnedMaxRows && tail > 0 && tail <= kPairDotTailMaxRows;
+  return dot_tail ? full : rows;
+}
 // The FP8 pair tiles turn up to kTurnedMaxRows rows only (the aligned tiles beyond were measured
 // on BF16 weights, not on FP8 codes decoded per block).
 inline bool fp8_forward_turned(int64_t tile_rows) { return tile_rows <= kTurnedMaxRows; }
@@ -242,7 +257,8 @@ inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16, bool pair_
     case ForwardPath::kPairDots:
       return ForwardChain::kPairDots;
     case ForwardPath::kPairTiles:
-      return ForwardChain::kPairs;
+      return r >= forward_pair_dot_tail_start(rows, few_rows) ? ForwardChain::kPairDots
+                                                              : ForwardChain::kPairs;
     case ForwardPath::kDots:
       return ForwardChain::kDot;
     case ForwardPath::kBroadcast:

@@ -111,12 +111,29 @@ TEST(TilePaths, Wgrad) {
   EXPECT_EQ(wgrad_path(kPairPanelsMaxDepth, kBf16, kBf16, kAmx), WgradPath::kPairTiles);
 }
 
+// BF16 pair tiles of turned experts: a last strip of 1 to kPairDotTailMaxRows rows after a whole
+// one runs dot_tile_pairs, where the set has it.
+TEST(TilePaths, PairTilesSumAShortLastStripByPairDots) {
+  EXPECT_EQ(forward_pair_dot_tail_start(16 + kPairDotTailMaxRows, true), 16);
+  EXPECT_EQ(forward_pair_dot_tail_start(33, true), 32);
+  EXPECT_EQ(forward_pair_dot_tail_start(16 + kPairDotTailMaxRows + 1, true),
+            16 + kPairDotTailMaxRows + 1);                          // a fuller strip: pair tiles
+  EXPECT_EQ(forward_pair_dot_tail_start(32, true), 32);             // no last strip
+  EXPECT_EQ(forward_pair_dot_tail_start(3, true), 3);               // no whole strip before it
+  EXPECT_EQ(forward_pair_dot_tail_start(17, false), 17);            // no dot_tile_pairs (AMX)
+  EXPECT_EQ(forward_pair_dot_tail_start(kTurnedMaxRows + 1, true),  // tiles not turned
+            kTurnedMaxRows + 1);
+}
+
 // forward_chain (which chain of operations a row's sums get, for the tests' models) reads the
-// same rule.
+// same rules.
 TEST(TilePaths, ForwardChainFollowsTheForwardPath) {
   EXPECT_EQ(forward_chain(3, 0, true, true, true), ForwardChain::kPairDots);
   EXPECT_EQ(forward_chain(3, 0, true, true, false), ForwardChain::kDot);
   EXPECT_EQ(forward_chain(7, 0, true, true, true), ForwardChain::kPairs);
+  EXPECT_EQ(forward_chain(33, 31, true, true, true), ForwardChain::kPairs);
+  EXPECT_EQ(forward_chain(33, 32, true, true, true), ForwardChain::kPairDots);
+  EXPECT_EQ(forward_chain(33, 32, true, true, false), ForwardChain::kPairs);
   EXPECT_EQ(forward_chain(8, 0, false, true, true), ForwardChain::kDot);
   EXPECT_EQ(forward_chain(17, 0, false, false, false), ForwardChain::kFma);
   EXPECT_EQ(forward_chain(17, 16, false, false, false), ForwardChain::kDotTail);
