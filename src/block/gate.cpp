@@ -37,13 +37,16 @@ constexpr float kTanhCubic = 0.044715f;
 // e^x to within ~2 ulp of the C library's expf for x in [-87, 88] (clamped there: the block's
 // uses, x / (1 + e^-x) and 1 / (1 + e^-x), come out within that of their limits outside it).
 // Without branches, so that loops over it vectorize: the exponent by the round-to-nearest trick
-// (adding 1.5 * 2^23), e^r on |r| <= ln 2 / 2 by Cephes' degree-6 polynomial of expf, 2^n by
-// building the float's exponent field (n in [-126, 127] after the clamp: a normal float).
+// (adding 1.5 * 2^23 leaves n in the low bits of t), e^r on |r| <= ln 2 / 2 by Cephes' degree-6
+// polynomial of expf, 2^n by building the float's exponent field (n in [-126, 127] after the
+// clamp: a normal float). n's bits come from t's, not by converting a float to an integer, which
+// a NaN input would make undefined; a NaN gives NaN.
 GROUPLIN_GATE_INLINE float exp_clamped(float x) {
   constexpr float kLog2e = 1.44269504088896341f, kRound = 12582912.0f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = (x * kLog2e + kRound) - kRound;
+  const float t = x * kLog2e + kRound;
+  const float n = t - kRound;
   const float r = (x - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -52,7 +55,8 @@ GROUPLIN_GATE_INLINE float exp_clamped(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const uint32_t scale = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  const uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRound);
+  const uint32_t scale = (n_bits + 127u) << 23;
   return p * std::bit_cast<float>(scale);
 }
 
@@ -79,7 +83,10 @@ GROUPLIN_GATE_INLINE void activate(ExpertActivation act, const Chunk x, Chunk y)
       for (int i = 0; i < kChunk; ++i) y[i] = std::max(x[i], 0.0f);
       return;
     case ExpertActivation::ReLU2:
-      for (int i = 0; i < kChunk; ++i) y[i] = x[i] > 0.0f ? x[i] * x[i] : 0.0f;
+      for (int i = 0; i < kChunk; ++i) {
+        const float relu = std::max(x[i], 0.0f);  // NaN stays NaN, as PyTorch's relu keeps it
+        y[i] = relu * relu;
+      }
       return;
   }
   for (int i = 0; i < kChunk; ++i) y[i] = x[i];  // not an ExpertActivation: none

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -121,6 +122,37 @@ TEST(ExpertGate, ForwardMatchesTheDefinitionAcrossTheRange) {
       Tensor a1 = Tensor::empty({kRows * kWidth, 1}, dtype);
       block::gate_forward(g, one_column_rows(g, wide), a1);
       ASSERT_EQ(floats(a1), floats(a_wide));
+    }
+  }
+}
+
+// NaN and infinite inputs (a diverged model's) go through without anything undefined (the
+// sanitizer builds run this): NaN gives NaN, +inf gives +inf where the activation grows to it.
+TEST(ExpertGate, NonFiniteInputsGiveNonFiniteValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const ExpertGate& g : gates()) {
+    SCOPED_TRACE(name_of(g, DType::F32));
+    std::vector<float> h = h_values(g, false, 3);
+    const int64_t width = first_out(g, kWidth);
+    for (int64_t j = 0; j < kWidth; ++j) {
+      h[static_cast<size_t>(gate_column(g, j))] = j % 2 == 0 ? nan : inf;
+      if (has_up(g)) h[static_cast<size_t>(up_column(g, kWidth, j))] = 1.0f;
+    }
+    Tensor a = Tensor::empty({kRows, kWidth}, DType::F32);
+    block::gate_forward(g, Tensor::from_f32({kRows, width}, h), a);
+    Tensor dh = Tensor::empty({kRows, width}, DType::F32);
+    block::gate_backward(
+        g, Tensor::from_f32({kRows, width}, h),
+        Tensor::from_f32({kRows, kWidth}, std::vector<float>(kRows * kWidth, 1.0f)), dh);
+    const std::vector<float> av = floats(a);
+    const bool grows = g.limit == inf && g.kind != ExpertGateKind::GluPlusOne;
+    for (int64_t j = 0; j < kWidth; ++j) {
+      if (j % 2 == 0) {
+        EXPECT_TRUE(std::isnan(av[static_cast<size_t>(j)])) << "column " << j;
+      } else if (grows) {
+        EXPECT_EQ(av[static_cast<size_t>(j)], inf) << "column " << j;
+      }
     }
   }
 }
