@@ -232,9 +232,9 @@ Columns columns(const ExpertGate& g, int64_t width) {
   return {1, width, 1};
 }
 
-// Columns [j0, j0 + n) of a row's gate and up values, widened to F32 (the rest of the chunk
-// zero: its results are never stored). Whole chunks take loops of a fixed count and stride, which
-// vectorize (element by element, the chunk's vector loads would wait on its scalar stores).
+// n values `stride` apart from p, widened to F32 (the rest of the chunk zero: its results are
+// never stored). Whole chunks take loops of a fixed count and stride, which vectorize (element by
+// element, the chunk's vector loads would wait on its scalar stores).
 template <class T>
 GROUPLIN_GATE_INLINE void load_strided(const T* p, int64_t stride, int n, Chunk v) {
   if (n == kChunk && stride == 1) {
@@ -246,6 +246,7 @@ GROUPLIN_GATE_INLINE void load_strided(const T* p, int64_t stride, int n, Chunk 
   }
 }
 
+// Columns [j0, j0 + n) of a row's gate and up values.
 template <class T>
 GROUPLIN_GATE_INLINE void load_chunk(const ExpertGate& g, const Columns& c, const T* row,
                                      int64_t j0, int n, Chunk gate, Chunk up) {
@@ -302,41 +303,25 @@ GROUPLIN_GATE_INLINE void backward_row(const ExpertGate& g, const Columns& c, co
   }
 }
 
-// The rows, one function per dtype, each compiled for AVX-512F, AVX2 and the baseline and chosen
+// The rows, one overload per dtype, each compiled for AVX-512F, AVX2 and the baseline and chosen
 // by the CPU when the library loads: the wide copies are where the vector loops pay (same
 // section). The copies may round differently (FMA contraction); each rounds alike every time.
-GROUPLIN_GATE_CLONES void forward_row_f32(const ExpertGate& g, const Columns& c, const float* row,
-                                          float* out, int64_t width) {
+GROUPLIN_GATE_CLONES void forward_row_of(const ExpertGate& g, const Columns& c, const float* row,
+                                         float* out, int64_t width) {
   forward_row(g, c, row, out, width);
 }
-GROUPLIN_GATE_CLONES void forward_row_bf16(const ExpertGate& g, const Columns& c,
-                                           const uint16_t* row, uint16_t* out, int64_t width) {
+GROUPLIN_GATE_CLONES void forward_row_of(const ExpertGate& g, const Columns& c, const uint16_t* row,
+                                         uint16_t* out, int64_t width) {
   forward_row(g, c, row, out, width);
 }
-GROUPLIN_GATE_CLONES void backward_row_f32(const ExpertGate& g, const Columns& c, const float* row,
-                                           const float* grad, float* out, int64_t width) {
+GROUPLIN_GATE_CLONES void backward_row_of(const ExpertGate& g, const Columns& c, const float* row,
+                                          const float* grad, float* out, int64_t width) {
   backward_row(g, c, row, grad, out, width);
 }
-GROUPLIN_GATE_CLONES void backward_row_bf16(const ExpertGate& g, const Columns& c,
-                                            const uint16_t* row, const uint16_t* grad,
-                                            uint16_t* out, int64_t width) {
+GROUPLIN_GATE_CLONES void backward_row_of(const ExpertGate& g, const Columns& c,
+                                          const uint16_t* row, const uint16_t* grad, uint16_t* out,
+                                          int64_t width) {
   backward_row(g, c, row, grad, out, width);
-}
-void forward_row_of(const ExpertGate& g, const Columns& c, const float* row, float* out,
-                    int64_t width) {
-  forward_row_f32(g, c, row, out, width);
-}
-void forward_row_of(const ExpertGate& g, const Columns& c, const uint16_t* row, uint16_t* out,
-                    int64_t width) {
-  forward_row_bf16(g, c, row, out, width);
-}
-void backward_row_of(const ExpertGate& g, const Columns& c, const float* row, const float* grad,
-                     float* out, int64_t width) {
-  backward_row_f32(g, c, row, grad, out, width);
-}
-void backward_row_of(const ExpertGate& g, const Columns& c, const uint16_t* row,
-                     const uint16_t* grad, uint16_t* out, int64_t width) {
-  backward_row_bf16(g, c, row, grad, out, width);
 }
 
 constexpr int64_t kRowBlock = 32;

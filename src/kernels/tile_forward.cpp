@@ -311,7 +311,7 @@ void forward_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const Tile&
   const auto e = static_cast<size_t>(whole.expert);
   const int64_t first_dot =
       args.first_row[e] +
-      forward_pair_dot_tail_start(args.expert_rows[e], micro_kernels().dot_tile_pairs != nullptr);
+      forward_pair_dot_tail_start(args.expert_rows[e], SetCaps::of(micro_kernels()).pair_dots);
   Tile t = whole;
   t.rows = std::clamp<int64_t>(first_dot - whole.row0, 0, whole.rows);
   if (t.rows < whole.rows) {
