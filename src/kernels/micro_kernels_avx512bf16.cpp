@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "kernels/micro_kernels_x86.hpp"
+#include "kernels/rows_ahead.hpp"
 #include "kernels/x86_intrinsics.hpp"
 
 namespace grouplin::kernels::GROUPLIN_X86_NS {
@@ -168,11 +169,12 @@ void pair_tile_scaled_avx512bf16(int mr, int strips, int64_t kc, const uint16_t*
 
 // MR rows of a against one row of w, both read along the depth, in the four chains of
 // dot_tile_pairs (block g into chain g mod 4, so that four vdpbf16ps are in flight per row of
-// a). The depths after the last whole block of 32 go through zero-padded copies (nothing past a
-// row is read).
+// a); a line of the rows ahead is prefetched per block. The depths after the last whole block of
+// 32 go through zero-padded copies (nothing past a row is read).
 template <int MR>
 GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t lda,
-                                         const uint16_t* w, float* c, int64_t ldc) {
+                                         const uint16_t* w, float* c, int64_t ldc,
+                                         RowsAhead& ahead) {
   __m512 acc[MR][4];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
@@ -183,18 +185,22 @@ GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t 
   int64_t g = 0;
   for (; g + 4 <= blocks; g += 4) {
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < 4; ++r) {
+      if constexpr (MR >= kDotAheadMinRows) ahead.step();
       dot_pairs_block<MR>(a + 32 * (g + r), lda, w + 32 * (g + r), acc, r);
+    }
   }
   // The last 0-3 whole blocks, then the ragged one, each into its chain g mod 4 (g mod 4 = 0 here).
 #pragma GCC unroll 3
   for (int r = 0; r < 3; ++r) {
     if (g < blocks) {
+      if constexpr (MR >= kDotAheadMinRows) ahead.step();
       dot_pairs_block<MR>(a + 32 * g, lda, w + 32 * g, acc, r);
       ++g;
     }
   }
   if (32 * blocks < kc) {
+    if constexpr (MR >= kDotAheadMinRows) ahead.step();
     alignas(64) uint16_t at[MR][32] = {};
     alignas(64) uint16_t wt[32] = {};
     const size_t bytes = sizeof(uint16_t) * static_cast<size_t>(kc - 32 * blocks);
@@ -223,14 +229,17 @@ GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t 
 }
 
 // One weight row after another: each row's depth is one stream in memory (on a Zen 4 VM, two
-// or four rows read side by side drew half the bandwidth of one).
+// or four rows read side by side drew half the bandwidth of one), the rows ahead prefetched
+// (rows_ahead.hpp).
 void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
                                const uint16_t* w, int64_t ldw, float* c, int64_t ldc) {
-  using Fixed = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t);
+  using Fixed =
+      void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, RowsAhead&);
   constexpr Fixed kFixed[kPairDotRows] = {dot_pairs_fixed<1>, dot_pairs_fixed<2>,
                                           dot_pairs_fixed<3>, dot_pairs_fixed<4>,
                                           dot_pairs_fixed<5>, dot_pairs_fixed<6>};
-  for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc);
+  RowsAhead ahead(w, 2 * ldw, 2 * kc, mr >= kDotAheadMinRows ? nr : 0, kDotAheadBytes);
+  for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
 }
 
 }  // namespace

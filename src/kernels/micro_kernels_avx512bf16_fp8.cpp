@@ -13,6 +13,7 @@
 
 #include "kernels/micro_kernels_avx512bf16.hpp"
 #include "kernels/micro_kernels_x86.hpp"
+#include "kernels/rows_ahead.hpp"
 #include "kernels/x86_intrinsics.hpp"
 
 namespace grouplin::kernels::GROUPLIN_X86_NS {
@@ -127,17 +128,25 @@ GROUPLIN_AVX512BF16_VBMI inline void fp8_pairs_block(const Fp8Decoder& d, const 
 template <int MR>
 GROUPLIN_AVX512BF16_VBMI void fp8_pairs_fixed(int64_t kc, const uint16_t* a, int64_t lda,
                                               const uint8_t* codes, const float* scales, float* c,
-                                              int64_t ldc) {
+                                              int64_t ldc, RowsAhead& ahead) {
   const Fp8Decoder d = fp8_decoder();
   __m512 acc[MR];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   const int64_t blocks = kc / kFp8Block;
   for (int64_t q = 0; q < blocks; ++q) {
+    if constexpr (MR >= kDotAheadMinRows) {
+      ahead.step();
+      ahead.step();
+    }
     fp8_pairs_block<MR, false>(d, a + kFp8Block * q, lda, codes + kFp8Block * q, kFp8Block,
                                scales[q], acc);
   }
   if (kFp8Block * blocks < kc) {
+    if constexpr (MR >= kDotAheadMinRows) {
+      ahead.step();
+      if (kc - kFp8Block * blocks > 64) ahead.step();
+    }
     fp8_pairs_block<MR, true>(d, a + kFp8Block * blocks, lda, codes + kFp8Block * blocks,
                               kc - kFp8Block * blocks, scales[blocks], acc);
   }
@@ -146,17 +155,18 @@ GROUPLIN_AVX512BF16_VBMI void fp8_pairs_fixed(int64_t kc, const uint16_t* a, int
 }
 
 // One weight row after another (one memory stream), all rows of a at once (each code decoded
-// once).
+// once), the rows ahead prefetched (rows_ahead.hpp).
 void dot_tile_fp8_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
                                    const Fp8Operand& b, float* c, int64_t ldc) {
-  using Fixed =
-      void (*)(int64_t, const uint16_t*, int64_t, const uint8_t*, const float*, float*, int64_t);
+  using Fixed = void (*)(int64_t, const uint16_t*, int64_t, const uint8_t*, const float*, float*,
+                         int64_t, RowsAhead&);
   constexpr Fixed kFixed[kPairDotRows] = {fp8_pairs_fixed<1>, fp8_pairs_fixed<2>,
                                           fp8_pairs_fixed<3>, fp8_pairs_fixed<4>,
                                           fp8_pairs_fixed<5>, fp8_pairs_fixed<6>};
+  RowsAhead ahead(b.codes, b.ld, kc, mr >= kDotAheadMinRows ? nr : 0, kDotAheadBytes);
   for (int j = 0; j < nr; ++j) {
     const float* scales = b.scales + (b.row0 + j) / kFp8Block * b.scale_ld + b.col0 / kFp8Block;
-    kFixed[mr - 1](kc, a, lda, b.codes + j * b.ld, scales, c + j, ldc);
+    kFixed[mr - 1](kc, a, lda, b.codes + j * b.ld, scales, c + j, ldc, ahead);
   }
 }
 
@@ -260,8 +270,10 @@ GROUPLIN_AVX512BF16_VBMI void fp8_row_pairs_group(const Fp8Decoder& d, int64_t p
     const __m512i cq = last_odd   ? _mm512_setzero_si512()
                        : kPartial ? load_first_bytes(row + b.ld, n)
                                   : _mm512_loadu_si512(row + b.ld);
-    ahead.step();
-    ahead.step();
+    if constexpr (MR >= kDotAheadMinRows) {
+      ahead.step();
+      ahead.step();
+    }
     __m512i w[4];
     decode_fp8_row_pairs(d, cp, cq, w);
 #pragma GCC unroll 4

@@ -1,0 +1,58 @@
+// Software prefetch for the dot kernels that read weight rows along the depth, one row after
+// another (dot_tile_pairs, dot_tile_fp8_pairs): the rows of one call walked a cache line at a time
+// in address order, a fixed distance ahead of the line being read, each step prefetching one line
+// into L2.
+//
+//   RowsAhead ahead(w, ld_bytes, row_bytes, rows, kDotAheadBytes);
+//   for each row, for each 64 bytes of it read: ahead.step();
+//
+// Why: with 4-6 rows of x per weight row the products take about as long as the weights' stream,
+// and with the hardware prefetchers alone the core stalls on the weights and then computes
+// without reading; prefetching ahead overlaps the two. With 1-3 rows the products keep pace with
+// the hardware prefetchers, and prefetching as well only costs (docs/PERFORMANCE.md, "Weight rows
+// prefetched ahead into L2").
+#pragma once
+
+#include <cstdint>
+
+namespace grouplin::kernels {
+
+// How far ahead, in bytes of the weights (BF16 or FP8 codes alike).
+inline constexpr int64_t kDotAheadBytes = 8192;
+// The fewest rows of x per call for which the dot kernels prefetch ahead.
+inline constexpr int kDotAheadMinRows = 4;
+
+class RowsAhead {
+ public:
+  // `rows` rows of `row_bytes` bytes, `ld_bytes` apart, from first_row; the walk starts `ahead`
+  // bytes into them. No rows: every step does nothing.
+  RowsAhead(const void* first_row, int64_t ld_bytes, int64_t row_bytes, int64_t rows, int64_t ahead)
+      : row_(static_cast<const char*>(first_row)),
+        ld_bytes_(ld_bytes),
+        row_bytes_(row_bytes),
+        rows_left_(rows) {
+    for (int64_t n = 0; n < ahead / 64 && rows_left_ > 0; ++n) advance();
+  }
+  // The line the next step prefetches, or null once the walk has passed the last row.
+  const char* line() const { return rows_left_ > 0 ? row_ + at_ : nullptr; }
+  void step() {
+    if (rows_left_ <= 0) return;
+    __builtin_prefetch(row_ + at_, 0, 2);
+    advance();
+  }
+
+ private:
+  void advance() {
+    at_ += 64;
+    if (at_ >= row_bytes_) {
+      at_ = 0;
+      row_ += ld_bytes_;
+      --rows_left_;
+    }
+  }
+  const char* row_;  // the row of the next line
+  int64_t ld_bytes_, row_bytes_, rows_left_;
+  int64_t at_ = 0;  // the next line's offset in its row
+};
+
+}  // namespace grouplin::kernels
