@@ -223,14 +223,18 @@ Region forward_first(const ForwardArgs& args, const Tile* t) {
 }
 
 // FP8 weights beside BF16 x, experts of a few rows (ForwardPath::kFp8PairDots):
-// dot_tile_fp8_pairs, the codes against x's rows along the whole depth, kPairDotRows rows at a
-// time.
+// dot_tile_fp8_pairs, the codes against x's rows along the whole depth, in groups of at most
+// kPairDotRows rows of nearly equal heights (RowPanels: 8 rows as 4 + 4, not 6 + 2). Each group
+// after the first reads the codes again, from L2; groups of equal heights keep fewer of x's rows
+// in L1 beside the codes (docs/PERFORMANCE.md, "Weight rows prefetched ahead into L2").
 void forward_fp8_pair_dots(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
                            const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
   const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-  for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
-    const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
+  const RowPanels groups(t.rows, kPairDotRows);
+  for (int64_t g = 0; g < groups.count; ++g) {
+    const int64_t i = groups.start(g);
+    const int h = groups.height(g);
     mk.dot_tile_fp8_pairs(h, static_cast<int>(t.cols), args.in_features,
                           reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)),
                           args.x.ld, fp8_operand(w, t.col0, 0), acc.c + i * acc.ldc, acc.ldc);
@@ -284,15 +288,16 @@ void forward_fp8_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const T
 }
 
 // A few rows (dot_tile_pairs): x's rows and the weights' read along the depth as they lie
-// (packed weights are not read: their panels would give these rows the pair_tile chain),
-// kPairDotRows rows of x at a time (each group after the first reads the tile's weights again,
-// from L2).
+// (packed weights are not read: their panels would give these rows the pair_tile chain), in
+// groups of rows as forward_fp8_pair_dots'.
 void forward_pair_dots(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
                        const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
   const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-  for (int64_t i = 0; i < t.rows; i += kPairDotRows) {
-    const int h = static_cast<int>(std::min<int64_t>(kPairDotRows, t.rows - i));
+  const RowPanels groups(t.rows, kPairDotRows);
+  for (int64_t g = 0; g < groups.count; ++g) {
+    const int64_t i = groups.start(g);
+    const int h = groups.height(g);
     mk.dot_tile_pairs(h, static_cast<int>(t.cols), args.in_features,
                       reinterpret_cast<const uint16_t*>(element(args.x, t.row0 + i, 0)), args.x.ld,
                       reinterpret_cast<const uint16_t*>(element(w, t.col0, 0)), w.ld,

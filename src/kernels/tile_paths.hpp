@@ -106,12 +106,12 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
 // FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels (SetCaps), run them
 // (sums scaled block by block, micro_kernels.hpp) instead of the F32 kernels on decoded and
 // scaled codes (the bits of F32 weights holding the dequantized values). Forward of experts of
-// up to kFp8DotMaxRows rows: dot_tile_fp8_pairs, a tile's rows kPairDotRows at a time (each group
-// reads the tile's weights again, from L2 after the first); dgrad of up to kFp8RowsMaxRows rows:
-// fma_rows_fp8_pairs, kFp8PairRows at a time. More rows: pair_tile_scaled on the codes decoded
-// to BF16 a depth block at a time (forward: as A of the turned tiles, or pair panels for tiles
-// of more than kTurnedMaxRows rows; dgrad: pair panels). The bounds: below them a pair tile
-// would decode and pack its codes for only those rows.
+// up to kFp8DotMaxRows rows: dot_tile_fp8_pairs, a tile's rows in groups of at most kPairDotRows
+// of nearly equal heights (each group reads the tile's weights again, from L2 after the first);
+// dgrad of up to kFp8RowsMaxRows rows: fma_rows_fp8_pairs, kFp8PairRows at a time. More rows:
+// pair_tile_scaled on the codes decoded to BF16 a depth block at a time (forward: as A of the
+// turned tiles, or pair panels for tiles of more than kTurnedMaxRows rows; dgrad: pair panels). The
+// bounds: below them a pair tile would decode and pack its codes for only those rows.
 inline constexpr int64_t kFp8DotMaxRows = 12;
 inline constexpr int64_t kFp8RowsMaxRows = 8;
 // Which FP8 pair kernel an expert of `rows` rows runs, by its row count (never the tile's, so

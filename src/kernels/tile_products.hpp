@@ -113,14 +113,14 @@ class Prefetcher {
 // The bytes of m's rows r0.. (rows of them) and columns c0.. (cols).
 Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols);
 
-// The row panels of `rows` rows: as few as fit in kOuterRows each, of nearly equal heights (32
-// rows: 6, 6, 5, 5, 5, 5). Below 4 rows a micro-tile has too few accumulators to hide the FMA
-// latency and costs nearly as much as a full one (docs/PERFORMANCE.md, measurements behind the
-// code's comments).
+// The row panels of `rows` rows: as few as fit in `most` (kOuterRows) each, of nearly equal
+// heights (32 rows: 6, 6, 5, 5, 5, 5). Below 4 rows a micro-tile has too few accumulators to hide
+// the FMA latency and costs nearly as much as a full one (docs/PERFORMANCE.md, measurements behind
+// the code's comments).
 struct RowPanels {
   int64_t count, base, extra;  // the first `extra` panels have base + 1 rows, the rest base
-  explicit RowPanels(int64_t rows)
-      : count((rows + kOuterRows - 1) / kOuterRows),
+  explicit RowPanels(int64_t rows, int64_t most = kOuterRows)
+      : count((rows + most - 1) / most),
         base(count > 0 ? rows / count : 0),
         extra(count > 0 ? rows % count : 0) {}
   int64_t start(int64_t i) const { return i * base + std::min(i, extra); }

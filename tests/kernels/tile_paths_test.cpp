@@ -130,7 +130,9 @@ TEST(TilePaths, PairTilesSumAShortLastStripByPairDots) {
 TEST(TilePaths, ForwardChainFollowsTheForwardPath) {
   EXPECT_EQ(forward_chain(3, 0, true, true, true), ForwardChain::kPairDots);
   EXPECT_EQ(forward_chain(3, 0, true, true, false), ForwardChain::kDot);
-  EXPECT_EQ(forward_chain(7, 0, true, true, true), ForwardChain::kPairs);
+  EXPECT_EQ(forward_chain(kPairDotMaxRows, kPairDotMaxRows - 1, true, true, true),
+            ForwardChain::kPairDots);
+  EXPECT_EQ(forward_chain(kPairDotMaxRows + 1, 0, true, true, true), ForwardChain::kPairs);
   EXPECT_EQ(forward_chain(33, 31, true, true, true), ForwardChain::kPairs);
   EXPECT_EQ(forward_chain(33, 32, true, true, true), ForwardChain::kPairDots);
   EXPECT_EQ(forward_chain(33, 32, true, true, false), ForwardChain::kPairs);
