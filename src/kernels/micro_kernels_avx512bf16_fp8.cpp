@@ -270,10 +270,8 @@ GROUPLIN_AVX512BF16_VBMI void fp8_row_pairs_group(const Fp8Decoder& d, int64_t p
     const __m512i cq = last_odd   ? _mm512_setzero_si512()
                        : kPartial ? load_first_bytes(row + b.ld, n)
                                   : _mm512_loadu_si512(row + b.ld);
-    if constexpr (MR >= kDotAheadMinRows) {
-      ahead.step();
-      ahead.step();
-    }
+    ahead.step();
+    ahead.step();
     __m512i w[4];
     decode_fp8_row_pairs(d, cp, cq, w);
 #pragma GCC unroll 4
