@@ -238,7 +238,7 @@ void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, in
   constexpr Fixed kFixed[kPairDotRows] = {dot_pairs_fixed<1>, dot_pairs_fixed<2>,
                                           dot_pairs_fixed<3>, dot_pairs_fixed<4>,
                                           dot_pairs_fixed<5>, dot_pairs_fixed<6>};
-  RowsAhead ahead(w, 2 * ldw, 2 * kc, mr >= kDotAheadMinRows ? nr : 0, kDotAheadBytes);
+  RowsAhead ahead(w, 2 * ldw, 2 * kc, nr, kDotAheadBytes);
   for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
 }
 

@@ -163,7 +163,7 @@ void dot_tile_fp8_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a
   constexpr Fixed kFixed[kPairDotRows] = {fp8_pairs_fixed<1>, fp8_pairs_fixed<2>,
                                           fp8_pairs_fixed<3>, fp8_pairs_fixed<4>,
                                           fp8_pairs_fixed<5>, fp8_pairs_fixed<6>};
-  RowsAhead ahead(b.codes, b.ld, kc, mr >= kDotAheadMinRows ? nr : 0, kDotAheadBytes);
+  RowsAhead ahead(b.codes, b.ld, kc, nr, kDotAheadBytes);
   for (int j = 0; j < nr; ++j) {
     const float* scales = b.scales + (b.row0 + j) / kFp8Block * b.scale_ld + b.col0 / kFp8Block;
     kFixed[mr - 1](kc, a, lda, b.codes + j * b.ld, scales, c + j, ldc, ahead);

@@ -19,19 +19,23 @@ namespace grouplin::kernels {
 
 // How far ahead, in bytes of the weights (BF16 or FP8 codes alike).
 inline constexpr int64_t kDotAheadBytes = 8192;
-// The fewest rows of x per call for which the dot kernels prefetch ahead.
+// The fewest rows of x per call for which the dot kernels step the walk (decided at compile time,
+// by the kernels' row count: with fewer, they run no extra instruction).
 inline constexpr int kDotAheadMinRows = 4;
 
 class RowsAhead {
  public:
   // `rows` rows of `row_bytes` bytes, `ld_bytes` apart, from first_row; the walk starts `ahead`
-  // bytes into them. No rows: every step does nothing.
+  // bytes (whole lines) into them. No rows left: every step does nothing.
   RowsAhead(const void* first_row, int64_t ld_bytes, int64_t row_bytes, int64_t rows, int64_t ahead)
-      : row_(static_cast<const char*>(first_row)),
-        ld_bytes_(ld_bytes),
-        row_bytes_(row_bytes),
-        rows_left_(rows) {
-    for (int64_t n = 0; n < ahead / 64 && rows_left_ > 0; ++n) advance();
+      : row_(static_cast<const char*>(first_row)), ld_bytes_(ld_bytes), row_bytes_(row_bytes) {
+    const int64_t lines_per_row = row_bytes > 64 ? (row_bytes + 63) / 64 : 1;
+    const int64_t skipped_rows = ahead / 64 / lines_per_row;
+    rows_left_ = rows - skipped_rows;
+    if (rows_left_ > 0) {
+      row_ += skipped_rows * ld_bytes;
+      at_ = ahead / 64 % lines_per_row * 64;
+    }
   }
   // The line the next step prefetches, or null once the walk has passed the last row.
   const char* line() const { return rows_left_ > 0 ? row_ + at_ : nullptr; }
@@ -51,7 +55,7 @@ class RowsAhead {
     }
   }
   const char* row_;  // the row of the next line
-  int64_t ld_bytes_, row_bytes_, rows_left_;
+  int64_t ld_bytes_, row_bytes_, rows_left_ = 0;
   int64_t at_ = 0;  // the next line's offset in its row
 };
 
