@@ -189,6 +189,15 @@ struct MicroKernels {
   // b.row0 a multiple of kFp8Block, b.col0 a multiple of 16.
   void (*fma_rows_fp8_pairs)(int rows, int64_t depth, const uint16_t* a, int64_t lda,
                              const Fp8Operand& b, int64_t cols, float* c, int64_t ldc);
+  // c[r * ldc + j] = the sum over p < depth of a[r * lda + p] * w[p * ldw + j] for BF16 rows of
+  // a (dy) and BF16 weights read along their rows (dgrad, a few rows at a time), in pair_tile's
+  // chain: one vdpbf16ps chain from +0 per element over the pairs of depths 2q, 2q + 1 in order
+  // (past depth, the last pair's high halves are +0), so the bits of pair_tile on the weights'
+  // pair panels. `ahead`: the weights the caller reads next (same ldw, the call's columns), whose
+  // first rows are prefetched during the last depth block; null: none. Null in sets without it
+  // (as dot_tile_pairs). Requires: rows >= 1, depth >= 1, cols >= 1.
+  void (*fma_rows_pairs)(int rows, int64_t depth, const uint16_t* a, int64_t lda, const uint16_t* w,
+                         int64_t ldw, int64_t cols, float* c, int64_t ldc, const uint16_t* ahead);
 
   // sums[j] = (start + row_0[j]) + row_1[j] + ... + row_{count-1}[j], in that order, for j < n,
   // where start is +0 when `zero` and sums[j] otherwise; row i starts at rows + i * row_bytes,

@@ -190,6 +190,7 @@ void add_amx(MicroKernels& set) {
   set.dot_tile_pairs = nullptr;      // experts of a few rows stay on dot tiles: not measured on AMX
   set.dot_tile_fp8_pairs = nullptr;  // not measured on AMX either
   set.fma_rows_fp8_pairs = nullptr;
+  set.fma_rows_pairs = nullptr;  // dgrad of a few rows stays on pair tiles: not measured on AMX
   set.pair_tile_scaled = nullptr;
   set.decode_fp8_bf16 = nullptr;
   set.pair_release = release_tiles;

@@ -9,10 +9,13 @@
 // a time (one memory stream), and sums each element in four chains of 16 lanes: one load and one
 // vdpbf16ps per 32 weights (docs/PERFORMANCE.md, "The kernels' constants": kPairDotMaxRows).
 // pair_tile_scaled is pair_tile with each 128-deep block's sums scaled once (FP8 weights decoded
-// into pair panels). The FP8 kernels proper are in micro_kernels_avx512bf16_fp8.cpp.
+// into pair panels). fma_rows_pairs, for dgrad of experts with 3-64 rows, reads the weights along
+// their rows and interleaves two of them into pairs in registers (AVX512BW word unpacks) instead
+// of packing pair panels for so few rows of dy. The FP8 kernels proper are in
+// micro_kernels_avx512bf16_fp8.cpp.
 //
-// Each element's sum of pair_tile is one chain of vdpbf16ps over the pair rows in order, from c
-// (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree
+// Each element's sum of pair_tile and of fma_rows_pairs is one chain of vdpbf16ps over the pair
+// rows in order, from c (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree
 // (micro_kernels.hpp). The instruction rounds each of its two accumulations to nearest even and
 // flushes denormal inputs and results to zero (Intel SDM, VDPBF16PS), so these results differ in
 // the last bits from the F32 kernels on the widened values.
@@ -242,9 +245,177 @@ void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, in
   for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
 }
 
+// dgrad of a few rows on BF16 weights (fma_rows_pairs). vdpbf16ps takes its pairs along the
+// depth, which on the weights runs down their columns (depths p and p + 1 of a column lie in two
+// rows): two rows' 32 columns are interleaved word by word, within 128-bit lanes, so that `low`
+// holds in lane k the pairs of columns 8k + 0..3 and `high` those of 8k + 4..7 (faster than
+// merging them by 32-bit shifts and blends: docs/PERFORMANCE.md).
+GROUPLIN_AVX512BF16 inline void interleave_row_pairs(__m512i p, __m512i q, __m512i& low,
+                                                     __m512i& high) {
+  low = _mm512_unpacklo_epi16(p, q);
+  high = _mm512_unpackhi_epi16(p, q);
+}
+
+// Sums of 32 columns between c's order (`first`: columns 0-15, `second`: 16-31) and the order of
+// interleave_row_pairs.
+GROUPLIN_AVX512BF16 inline void split_columns(__m512 first, __m512 second, __m512& low,
+                                              __m512& high) {
+  low = _mm512_permutex2var_ps(
+      first, _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), second);
+  high = _mm512_permutex2var_ps(
+      first, _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31), second);
+}
+GROUPLIN_AVX512BF16 inline void join_columns(__m512 low, __m512 high, __m512& first,
+                                             __m512& second) {
+  first = _mm512_permutex2var_ps(
+      low, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23), high);
+  second = _mm512_permutex2var_ps(
+      low, _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31), high);
+}
+
+// The first n of a row's 32 BF16 weights at `row` (none when n <= 0), zeros after, nothing past
+// them read.
+template <bool kPartial>
+GROUPLIN_AVX512BF16 inline __m512i load_row_words(const uint16_t* row, int64_t n) {
+  if (!kPartial) return _mm512_loadu_si512(row);
+  alignas(64) uint16_t t[32] = {};
+  if (n > 0)
+    __builtin_memcpy(t, row, sizeof(uint16_t) * static_cast<size_t>(std::min<int64_t>(n, 32)));
+  return _mm512_load_si512(t);
+}
+
+// fma_rows_pairs goes by blocks of kPairRowsBlock depths: a block's weights (its rows x the call's
+// columns) are read down their columns, 32 at a time, by groups of at most kPairRowsGroup rows of
+// dy whose sums stay in registers (16 of them: taller groups spill), while the next block is
+// prefetched along its rows (one stream; docs/PERFORMANCE.md, "BF16 dgrad of a few rows by pair
+// rows").
+constexpr int64_t kPairRowsBlock = 128;
+constexpr int kPairRowsGroup = 8;
+
+// Where a group's weight pairs come from: the weight rows, interleaved (kRows); the same, the pairs
+// also kept for the block's later groups (kRowsKept); the pairs kept by the first group (kKept).
+enum class PairSource { kRows, kRowsKept, kKept };
+
+// One pair of depths (p, and p + 1 unless kOdd: then p alone, the high halves +0) of MR rows of a
+// against 32 columns of w (kPartial: the first n, zeros after) into acc; `kept`: this pair's 32
+// dwords of kept pairs.
+template <int MR, bool kPartial, bool kOdd, PairSource kFrom>
+GROUPLIN_AVX512BF16 inline void pair_rows_step(int64_t p, const uint16_t* a, int64_t lda,
+                                               const uint16_t* w, int64_t ldw, int64_t n,
+                                               uint32_t* kept, __m512 (&acc)[MR][2],
+                                               RowsAhead& ahead) {
+  __m512i low, high;
+  if constexpr (kFrom == PairSource::kKept) {
+    low = _mm512_load_si512(kept);
+    high = _mm512_load_si512(kept + 16);
+  } else {
+    const __m512i rp = load_row_words<kPartial>(w + p * ldw, n);
+    const __m512i rq =
+        kOdd ? _mm512_setzero_si512() : load_row_words<kPartial>(w + (p + 1) * ldw, n);
+    interleave_row_pairs(rp, rq, low, high);
+    if constexpr (kFrom == PairSource::kRowsKept) {
+      _mm512_store_si512(kept, low);
+      _mm512_store_si512(kept + 16, high);
+    }
+    ahead.step();
+    ahead.step();
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const __m512i av = broadcast_pair(a + i * lda, p / 2, kOdd);
+    acc[i][0] = dot_pairs(acc[i][0], av, low);
+    acc[i][1] = dot_pairs(acc[i][1], av, high);
+  }
+}
+
+// Depths p0..p1 (one block) of MR rows x 32 columns at w and c (kPartial: the first n): the
+// chains go on from c (from +0 in the first block), in registers down the block, and back.
+template <int MR, bool kPartial, PairSource kFrom>
+GROUPLIN_AVX512BF16 void pair_rows_group(int64_t p0, int64_t p1, int64_t depth, const uint16_t* a,
+                                         int64_t lda, const uint16_t* w, int64_t ldw, int64_t n,
+                                         uint32_t* kept, float* c, int64_t ldc, RowsAhead& ahead) {
+  const size_t bytes =
+      sizeof(float) * static_cast<size_t>(kPartial ? std::min<int64_t>(n, 32) : 32);
+  __m512 acc[MR][2];
+  alignas(64) float buf[32];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    if (p0 == 0) {
+      acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+      continue;
+    }
+    const float* ci = c + i * ldc;
+    if (kPartial) __builtin_memcpy(buf, ci, bytes);
+    const float* from = kPartial ? buf : ci;
+    split_columns(_mm512_loadu_ps(from), _mm512_loadu_ps(from + 16), acc[i][0], acc[i][1]);
+  }
+  const int64_t whole = std::min(p1, depth - depth % 2);
+  for (int64_t p = p0; p < whole; p += 2, kept += 32)
+    pair_rows_step<MR, kPartial, false, kFrom>(p, a, lda, w, ldw, n, kept, acc, ahead);
+  if (whole < p1)
+    pair_rows_step<MR, kPartial, true, kFrom>(whole, a, lda, w, ldw, n, kept, acc, ahead);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    __m512 first, second;
+    join_columns(acc[i][0], acc[i][1], first, second);
+    float* to = kPartial ? buf : c + i * ldc;
+    _mm512_storeu_ps(to, first);
+    _mm512_storeu_ps(to + 16, second);
+    if (kPartial) __builtin_memcpy(c + i * ldc, buf, bytes);
+  }
+}
+
+// pair_rows_group by rows, whole or partial, for each source of pairs.
+using Group = void (*)(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
+                       int64_t, int64_t, uint32_t*, float*, int64_t, RowsAhead&);
+template <bool kPartial, PairSource kFrom>
+constexpr Group kGroups[kPairRowsGroup] = {
+    pair_rows_group<1, kPartial, kFrom>, pair_rows_group<2, kPartial, kFrom>,
+    pair_rows_group<3, kPartial, kFrom>, pair_rows_group<4, kPartial, kFrom>,
+    pair_rows_group<5, kPartial, kFrom>, pair_rows_group<6, kPartial, kFrom>,
+    pair_rows_group<7, kPartial, kFrom>, pair_rows_group<8, kPartial, kFrom>};
+template <bool kPartial>
+constexpr const Group* kBySource[3] = {kGroups<kPartial, PairSource::kRows>,
+                                       kGroups<kPartial, PairSource::kRowsKept>,
+                                       kGroups<kPartial, PairSource::kKept>};
+
+// Blocks of depths, in each the columns 32 at a time, in each the rows in groups of nearly equal
+// heights (a last group of 1-2 rows would cost nearly as much as a full one); with more than one
+// group, the first keeps the block's interleaved pairs of those columns (8 KiB) for the others,
+// which would otherwise read the weights again (rows 4 or 8 KiB apart share an L1 set, so they
+// come from L2) and interleave them again.
+void fma_rows_pairs_avx512bf16(int rows, int64_t depth, const uint16_t* a, int64_t lda,
+                               const uint16_t* w, int64_t ldw, int64_t cols, float* c, int64_t ldc,
+                               const uint16_t* next) {
+  const int groups = (rows + kPairRowsGroup - 1) / kPairRowsGroup;
+  const int base = rows / groups, taller = rows % groups;  // the first `taller` get base + 1 rows
+  alignas(64) uint32_t kept[kPairRowsBlock / 2 * 32];
+  RowsAhead none(w, 0, 64, 0, 0);
+  for (int64_t p0 = 0; p0 < depth; p0 += kPairRowsBlock) {
+    const int64_t p1 = std::min(depth, p0 + kPairRowsBlock);
+    const int64_t rows_ahead = std::min(kPairRowsBlock, p1 < depth ? depth - p1 : depth);
+    const uint16_t* first_ahead = p1 < depth ? w + p1 * ldw : next;
+    RowsAhead ahead(first_ahead, 2 * ldw, 2 * cols, first_ahead != nullptr ? rows_ahead : 0, 0);
+    for (int64_t j = 0; j < cols; j += 32) {
+      const bool whole = j + 32 <= cols;
+      for (int g = 0, i = 0; g < groups; ++g) {
+        const int h = base + (g < taller ? 1 : 0);
+        const PairSource from = groups == 1 ? PairSource::kRows
+                                : g == 0    ? PairSource::kRowsKept
+                                            : PairSource::kKept;
+        const Group* by_rows = (whole ? kBySource<false> : kBySource<true>)[static_cast<int>(from)];
+        by_rows[h - 1](p0, p1, depth, a + i * lda, lda, w + j, ldw, cols - j, kept, c + i * ldc + j,
+                       ldc, g == 0 ? ahead : none);
+        i += h;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void add_avx512bf16(MicroKernels& set) {
+  set.fma_rows_pairs = fma_rows_pairs_avx512bf16;
   set.pair_tile = pair_tile_avx512bf16;
   set.pair_tile_scaled = pair_tile_scaled_avx512bf16;
   set.dot_tile_pairs = dot_tile_pairs_avx512bf16;

@@ -10,7 +10,7 @@
 #include "kernels/micro_kernels.hpp"
 #include "kernels/x86_intrinsics.hpp"
 
-#define GROUPLIN_AVX512BF16 GROUPLIN_TARGET("avx512bf16,avx512f,avx2,fma")
+#define GROUPLIN_AVX512BF16 GROUPLIN_TARGET("avx512bf16,avx512bw,avx512f,avx2,fma")
 
 namespace grouplin::kernels::GROUPLIN_X86_NS {
 

@@ -101,6 +101,25 @@ void dgrad_pair_tiles(const DgradArgs& args, const MatrixRef& w, const Tile& t, 
   store_rows(acc, t, args.dx, t.row0, t.col0);
 }
 
+// BF16 weights against all of the tile's rows of dy in one call, the weights read along their rows
+// a depth block at a time; during the last block the next tile's first rows are prefetched.
+void dgrad_pair_rows(const DgradArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
+                     const Scratch& s) {
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);
+  const uint16_t* ahead = nullptr;
+  if (next != nullptr) {
+    const MatrixRef& wn = args.weights[static_cast<size_t>(next->expert)];
+    if (wn.dtype == DType::BF16 && wn.ld == w.ld)
+      ahead = reinterpret_cast<const uint16_t*>(element(wn, 0, next->col0));
+  }
+  micro_kernels().fma_rows_pairs(static_cast<int>(t.rows), args.out_features,
+                                 reinterpret_cast<const uint16_t*>(element(args.dy, t.row0, 0)),
+                                 args.dy.ld,
+                                 reinterpret_cast<const uint16_t*>(element(w, 0, t.col0)), w.ld,
+                                 t.cols, acc.c, acc.ldc, ahead);
+  store_rows(acc, t, args.dx, t.row0, t.col0);
+}
+
 // FP8 codes, more than a few rows: pair_tile_scaled on the codes decoded to BF16 a depth block at
 // a time (kc rows x the tile's columns, in L2) and packed into pair panels.
 void dgrad_fp8_pair_tiles(const DgradArgs& args, const MatrixRef& w, const Tile& t,
@@ -225,6 +244,9 @@ void dgrad_tile(const DgradArgs& args, const Tile& t, const Tile* next, float* s
   const MatrixRef& w = args.weights[e];
   const Scratch s = split_scratch(t, scratch);
   switch (dgrad_path(args.expert_rows[e], args.dy.dtype, w.dtype, SetCaps::of(micro_kernels()))) {
+    case DgradPath::kPairRows:
+      dgrad_pair_rows(args, w, t, next, s);
+      return;
     case DgradPath::kPairTiles:
       dgrad_pair_tiles(args, w, t, next, s);
       return;

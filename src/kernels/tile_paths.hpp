@@ -122,6 +122,14 @@ inline constexpr int64_t kDgradPairsMinRows = 2;
 inline bool dgrad_pairs(int64_t rows, bool bf16_operands, bool pair_kernels) {
   return pair_kernels && bf16_operands && rows > kDgradPairsMinRows;
 }
+// BF16 dgrad of at most kPairRowsMaxRows rows, on a set with fma_rows_pairs: the weights read
+// along their rows a depth block at a time, two rows interleaved into pairs in registers (the
+// chains of the pair tiles, the same bits), instead of packed into pair panels for so few rows of
+// dy (faster up to 64 rows, even at 128; beyond, packing pays: docs/PERFORMANCE.md).
+inline constexpr int64_t kPairRowsMaxRows = 64;
+inline bool dgrad_pair_rows(int64_t rows, bool pair_rows) {
+  return pair_rows && rows <= kPairRowsMaxRows;
+}
 // Forward pair tiles of at most kTurnedMaxRows rows, and of a multiple of 16 rows up to
 // kTurnedAlignedMaxRows (without packed weights), turn the product around: the weights are A,
 // read in place (a row's depth pairs are adjacent, as x's are), and the tile's rows of x are
@@ -168,10 +176,12 @@ struct SetCaps {
   bool pair_dots = false;   // dot_tile_pairs: forward of a few rows along the depth
   bool fp8_dots = false;    // dot_tile_fp8_pairs (with the scaled pair tiles: FP8 forward)
   bool fp8_rows = false;    // fma_rows_fp8_pairs (with the scaled pair tiles: FP8 dgrad)
+  bool pair_rows = false;   // fma_rows_pairs: BF16 dgrad of a few rows
   bool pair_block = false;  // pair_block: pair products want long runs per call (AMX)
   static SetCaps of(const MicroKernels& mk) {
-    return {mk.pair_tile != nullptr, mk.dot_tile_pairs != nullptr, mk.dot_tile_fp8_pairs != nullptr,
-            mk.fma_rows_fp8_pairs != nullptr, mk.pair_block != nullptr};
+    return {mk.pair_tile != nullptr,          mk.dot_tile_pairs != nullptr,
+            mk.dot_tile_fp8_pairs != nullptr, mk.fma_rows_fp8_pairs != nullptr,
+            mk.fma_rows_pairs != nullptr,     mk.pair_block != nullptr};
   }
 };
 
@@ -207,15 +217,16 @@ inline ForwardPath forward_path(int64_t rows, DType x, DType w, const SetCaps& s
 }
 
 // The dgrad paths (tile_backward.cpp):
+//   kPairRows      BF16 weights against dy's rows (fma_rows_pairs), a few rows
 //   kPairTiles     BF16 pair tiles on pair panels of the weights' rows
 //   kFp8Rows       FP8 codes against BF16 dy rows (fma_rows_fp8_pairs), a few rows
 //   kFp8PairTiles  FP8 codes decoded to BF16 a block at a time, scaled pair tiles
 //   kDirect        fma_rows straight from dy and the weights (a few rows: weight-streaming)
 //   kOuter         F32 outer-product tiles, the weights packed or read in place
-enum class DgradPath { kPairTiles, kFp8Rows, kFp8PairTiles, kDirect, kOuter };
+enum class DgradPath { kPairRows, kPairTiles, kFp8Rows, kFp8PairTiles, kDirect, kOuter };
 inline DgradPath dgrad_path(int64_t rows, DType dy, DType w, const SetCaps& set) {
   if (dgrad_pairs(rows, w == DType::BF16 && dy == DType::BF16, set.pair_tiles)) {
-    return DgradPath::kPairTiles;
+    return dgrad_pair_rows(rows, set.pair_rows) ? DgradPath::kPairRows : DgradPath::kPairTiles;
   }
   if (set.fp8_rows && w == DType::F8_E4M3 && dy == DType::BF16) {
     return fp8_dgrad_rows(rows) ? DgradPath::kFp8Rows : DgradPath::kFp8PairTiles;

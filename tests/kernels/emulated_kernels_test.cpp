@@ -272,6 +272,85 @@ TEST_P(KernelSetTest, PairTileFollowsItsChainAndWritesOnlyItsTile) {
   }
 }
 
+// fma_rows_pairs on rows of dy and weight rows read in place (the gaps between them and the rows
+// past the depth hold NaN, which must never be read), rows in one, two and three groups, depths
+// around its blocks (odd ones included), column groups whole and ragged: emulated and native, the
+// bits of pair_tile on the same weights packed into pair panels (the chain it shares with the pair
+// tiles) and, emulated, of the scalar model of that chain; nothing outside the call's rows x cols
+// is written. A NaN weight gives NaN in its column only.
+TEST_P(KernelSetTest, FmaRowsPairsGivesPairTileBitsAndWritesOnlyItsColumns) {
+  if (set_->fma_rows_pairs == nullptr) {
+    GTEST_SKIP() << "skipped: " << set_->name << " has no pair rows (BF16 dgrad of a few rows "
+                 << "runs on pair tiles or widened)";
+  }
+  constexpr int kRows = 17;  // groups of 8 rows: one, two and three of them
+  for (int64_t depth : {1, 2, 3, 127, 128, 129, 257, 301}) {
+    for (int64_t cols : {5, 32, 33, 64, 80, 200}) {
+      const int64_t ldw = cols + 9, lda = depth + 3, ldc = cols + 2;
+      std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kRows * lda), depth + cols);
+      for (int64_t i = 0; i < kRows; ++i) {
+        for (int64_t p = depth; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
+      }
+      std::vector<uint16_t> w = random_bf16(static_cast<size_t>((depth + 1) * ldw), depth * cols);
+      for (int64_t p = 0; p <= depth; ++p) {
+        for (int64_t j = p < depth ? cols : 0; j < ldw; ++j) w[p * ldw + j] = 0x7fc0;
+      }
+      const int64_t strips = (cols + kOuterCols - 1) / kOuterCols;
+      std::vector<uint32_t> panels(static_cast<size_t>(strips * kernels::pair_panel_dwords(depth)));
+      kernels::pack_pairs_rows({reinterpret_cast<const std::byte*>(w.data()), DType::BF16, ldw}, 0,
+                               depth, 0, cols, panels.data());
+      for (int rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, kRows}) {
+        const int64_t ldt = 16 * strips;
+        std::vector<float> tiles(static_cast<size_t>(rows * ldt));
+        for (int64_t s = 0; s < strips; s += set_->pair_strips) {
+          const int ns = static_cast<int>(std::min<int64_t>(set_->pair_strips, strips - s));
+          for (int i = 0; i < rows; i += set_->pair_rows) {
+            set_->pair_tile(std::min(set_->pair_rows, rows - i), ns, depth, a.data() + i * lda, lda,
+                            panels.data() + s * kernels::pair_panel_dwords(depth),
+                            kernels::pair_panel_dwords(depth), tiles.data() + i * ldt + 16 * s, ldt,
+                            false);
+          }
+        }
+        std::vector<float> c(static_cast<size_t>((kRows + 1) * ldc), 7.0f);
+        set_->fma_rows_pairs(rows, depth, a.data(), lda, w.data(), ldw, cols, c.data(), ldc,
+                             rows == 3 ? w.data() : nullptr);
+        for (int64_t i = 0; i <= kRows; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = c[static_cast<size_t>(i * ldc + j)];
+            if (i >= rows || j >= cols) {
+              ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
+              continue;
+            }
+            const float tile = tiles[static_cast<size_t>(i * ldt + j)];
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(tile))
+                << "depth " << depth << " cols " << cols << " rows " << rows << " at " << i << ","
+                << j << ": " << got << " vs pair_tile " << tile;
+            if (!GetParam().native) {
+              const float want =
+                  model_pairs(GetParam().level, a.data() + i * lda, 1, w.data() + j, ldw, depth);
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+                  << "depth " << depth << " cols " << cols << " rows " << rows << " at " << i << ","
+                  << j << ": " << got << " vs " << want;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<uint16_t> a(130, f32_to_bf16(1.0f));
+  std::vector<uint16_t> w(130 * 64, f32_to_bf16(1.0f));
+  w[129 * 64 + 21] = 0x7fc0;  // NaN, in the second depth block
+  std::vector<float> c(64);
+  set_->fma_rows_pairs(1, 130, a.data(), 130, w.data(), 64, 64, c.data(), 64, nullptr);
+  for (int j = 0; j < 64; ++j) {
+    if (j == 21) {
+      EXPECT_TRUE(std::isnan(c[j])) << c[j];
+    } else {
+      EXPECT_EQ(c[j], 130.0f) << j;
+    }
+  }
+}
+
 // ---- Whole grouped GEMMs ----
 
 std::vector<Case> cases() {

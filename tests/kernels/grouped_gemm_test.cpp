@@ -44,13 +44,15 @@ std::vector<Case> cases() {
       // Around every path threshold, with K and N longer than one reduction block; forward:
       // 18, 21, 24 and 65 rows end in 2, 5, 8 and 1 rows summed by dot tiles, 9 and 26 in a
       // 16-lane panel holding 9 and 10 rows (BF16 weights: 9, 18, 26 and 65 pack W); 32 make
-      // row panels of 6 and 5 (dgrad, wgrad).
+      // row panels of 6 and 5 (wgrad); BF16 dgrad of 64 rows is the last on pair rows (in
+      // groups of 8), of 65 the first on pair tiles.
       {"thresholds",
        2 * kOuterDepth + 9,
        2 * kOuterDepth + 3,
        {kDirectMaxRows, kDirectMaxRows + 1, kDotMaxRows, kDotMaxRows + 1, 0, 2,
         kernels::kBroadcastMaxRows, kernels::kBroadcastMaxRows + 1, kernels::kInPlaceMaxRows,
-        kernels::kInPlaceMaxRows + 1, 18, 21, 24, 26, 32},
+        kernels::kInPlaceMaxRows + 1, 18, 21, 24, 26, 32, kernels::kPairRowsMaxRows,
+        kernels::kPairRowsMaxRows + 1},
        false},
       // Experts of at most kDotMaxRows rows with K longer than one dot block.
       {"long_dot", kDotDepth + 37, 7, {1, 0, kDotMaxRows, 5}, true},
@@ -345,8 +347,8 @@ TEST_F(KernelsTest, TilingDoesNotChangeResults) {
         EXPECT_TRUE(same) << "forward, packed path, row " << r;
       }
     }
-    // The thresholds case's 18, 21, 24 and 65 rows (BF16: 18 and 65 pack W instead).
-    EXPECT_EQ(dot_rows, dt == DType::F32 ? 2 + 5 + 8 + 1 : pairs ? 0 : 5 + 8);
+    // The thresholds case's 18, 21, 24, 65 and 65 rows (BF16: 18 and 65 pack W instead).
+    EXPECT_EQ(dot_rows, dt == DType::F32 ? 2 + 5 + 8 + 1 + 1 : pairs ? 0 : 5 + 8);
     if (!pairs) {
       EXPECT_GT(dot_rows_differing, 0);
     }

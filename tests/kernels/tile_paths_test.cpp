@@ -10,10 +10,11 @@
 namespace grouplin::kernels {
 namespace {
 
-constexpr SetCaps kWidening{};                            // portable, AVX2, AVX-512F
-constexpr SetCaps kBf16Pairs{true, true, false, false};   // AVX512-BF16 without VBMI
-constexpr SetCaps kBf16Fp8Pairs{true, true, true, true};  // AVX512-BF16 with VBMI
-constexpr SetCaps kAmx{true, false, false, false, true};  // AMX: pair tiles (long runs), no dots
+constexpr SetCaps kWidening{};                                  // portable, AVX2, AVX-512F
+constexpr SetCaps kBf16Pairs{true, true, false, false, true};   // AVX512-BF16 without VBMI
+constexpr SetCaps kBf16Fp8Pairs{true, true, true, true, true};  // AVX512-BF16 with VBMI
+// AMX: pair tiles (long runs), no dots, no pair rows.
+constexpr SetCaps kAmx{true, false, false, false, false, true};
 constexpr DType kF32 = DType::F32, kBf16 = DType::BF16, kFp8 = DType::F8_E4M3;
 
 TEST(TilePaths, ForwardOfF32WeightsByRows) {
@@ -84,9 +85,14 @@ TEST(TilePaths, Dgrad) {
   }
   EXPECT_EQ(dgrad_path(kDirectMaxRows, kBf16, kBf16, kWidening), DgradPath::kDirect);
   EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kBf16, kBf16, kWidening), DgradPath::kOuter);
-  for (const SetCaps& set : {kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
-    EXPECT_EQ(dgrad_path(kDgradPairsMinRows + 1, kBf16, kBf16, set), DgradPath::kPairTiles);
+  for (const SetCaps& set : {kBf16Pairs, kBf16Fp8Pairs}) {
+    EXPECT_EQ(dgrad_path(kDgradPairsMinRows + 1, kBf16, kBf16, set), DgradPath::kPairRows);
+    EXPECT_EQ(dgrad_path(kPairRowsMaxRows, kBf16, kBf16, set), DgradPath::kPairRows);
+    EXPECT_EQ(dgrad_path(kPairRowsMaxRows + 1, kBf16, kBf16, set), DgradPath::kPairTiles);
+    // F32 dy beside BF16 weights never takes the pair kernels.
+    EXPECT_EQ(dgrad_path(kDgradPairsMinRows + 1, kF32, kBf16, set), DgradPath::kDirect);
   }
+  EXPECT_EQ(dgrad_path(kDgradPairsMinRows + 1, kBf16, kBf16, kAmx), DgradPath::kPairTiles);
   EXPECT_EQ(dgrad_path(1, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
   EXPECT_EQ(dgrad_path(kFp8RowsMaxRows, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
   EXPECT_EQ(dgrad_path(kFp8RowsMaxRows + 1, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8PairTiles);
@@ -152,6 +158,11 @@ TEST(TilePaths, SetCapsReadTheSet) {
   EXPECT_FALSE(caps.pair_dots);
   EXPECT_FALSE(caps.fp8_dots);
   EXPECT_FALSE(caps.fp8_rows);
+  EXPECT_FALSE(caps.pair_rows);
+  set.fma_rows_pairs = [](int, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t,
+                          float*, int64_t, const uint16_t*) {};
+  EXPECT_TRUE(SetCaps::of(set).pair_rows);
+  EXPECT_FALSE(SetCaps::of(set).pair_block);
 }
 
 }  // namespace
