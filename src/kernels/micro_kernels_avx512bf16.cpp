@@ -15,10 +15,10 @@
 // micro_kernels_avx512bf16_fp8.cpp.
 //
 // Each element's sum of pair_tile and of fma_rows_pairs is one chain of vdpbf16ps over the pair
-// rows in order, from c (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a fixed tree
-// (micro_kernels.hpp). The instruction rounds each of its two accumulations to nearest even and
-// flushes denormal inputs and results to zero (Intel SDM, VDPBF16PS), so these results differ in
-// the last bits from the F32 kernels on the widened values.
+// rows in order, from c (accumulate) or +0; of dot_tile_pairs, four chains of 16 lanes added in a
+// fixed tree (micro_kernels.hpp). The instruction rounds each of its two accumulations to nearest
+// even and flushes denormal inputs and results to zero (Intel SDM, VDPBF16PS), so these results
+// differ in the last bits from the F32 kernels on the widened values.
 //
 // Slower than the AVX-512F set's widening kernels on BF16 on a Sapphire Rapids, faster on an AMD
 // Zen 4, where vdpbf16ps does twice the multiply-adds of an F32 FMA in the same time (so isa.cpp
