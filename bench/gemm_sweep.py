@@ -227,17 +227,18 @@ def main():
           f"(reported clock) F32 {peak.get('f32_gflops', 0):.0f}, BF16 "
           f"{peak.get('bf16_gflops', 0):.0f} GF/s\n")
     print("| shape | rows/expert | op | dtype | GroupLin (x peak) | grouped_mm | loop | dense | "
-          "OpenBLAS | / dense (worst round) | / best grouped path |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "OpenBLAS | / dense (worst round) | / OpenBLAS | / best grouped path |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         f = r["gflops"]
         best_grouped = max(f.get("grouped_mm", 0.0), f.get("loop", 0.0))
         vs_dense = f["grouplin"] / f["dense"] if f.get("dense") else 0.0
         blas = f"{f['openblas']:.0f}" if "openblas" in f else "—"
+        vs_blas = f"{f['grouplin'] / f['openblas']:.2f}x" if f.get("openblas") else "—"
         print(f"| {r['shape']} | {r['rows_per_expert']} | {r['op']} | {r['dtype']} | "
               f"{f['grouplin']:.0f} ({r['vs_peak']:.2f}) | {f.get('grouped_mm', 0):.0f} | "
               f"{f.get('loop', 0):.0f} | {f.get('dense', 0):.0f} | {blas} | "
-              f"{vs_dense:.2f}x ({r.get('vs_dense_worst_round', 0):.2f}x) | "
+              f"{vs_dense:.2f}x ({r.get('vs_dense_worst_round', 0):.2f}x) | {vs_blas} | "
               f"{f['grouplin'] / best_grouped if best_grouped else 0:.2f}x |")
     if args.json:
         with open(args.json, "w") as fh:
