@@ -102,12 +102,13 @@ void dgrad_pair_tiles(const DgradArgs& args, const MatrixRef& w, const Tile& t, 
 }
 
 // BF16 weights against all of the tile's rows of dy in one call, the weights read along their rows
-// a depth block at a time; during the last block the next tile's first rows are prefetched.
+// a depth block at a time; during the last block the next tile's first rows are prefetched (when
+// it is as wide, so that the prefetches stay inside its matrix).
 void dgrad_pair_rows(const DgradArgs& args, const MatrixRef& w, const Tile& t, const Tile* next,
                      const Scratch& s) {
   const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, false, t, s);
   const uint16_t* ahead = nullptr;
-  if (next != nullptr) {
+  if (next != nullptr && next->cols == t.cols) {
     const MatrixRef& wn = args.weights[static_cast<size_t>(next->expert)];
     if (wn.dtype == DType::BF16 && wn.ld == w.ld)
       ahead = reinterpret_cast<const uint16_t*>(element(wn, 0, next->col0));
