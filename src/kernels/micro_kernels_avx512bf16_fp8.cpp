@@ -227,26 +227,12 @@ GROUPLIN_AVX512BF16_VBMI inline void scale_into(float* c, int64_t n, __m512 t, f
   __builtin_memcpy(c, buf, bytes);
 }
 
-// The lines of one block of code rows (its rows x the call's columns) in address order, a line
-// per step: while a block is read down its columns, 64 at a time (the chains stay in registers),
-// the next one is prefetched along its rows, as one stream: faster than prefetching only the
-// same rows' next 64 columns (128 rows in flight at once) and than keeping the chains in memory
-// to read along the rows (two loads and a store per vdpbf16ps); docs/PERFORMANCE.md.
-struct BlockPrefetch {
-  const uint8_t* row;
-  int64_t ld, bytes, rows;
-  int64_t at = 0;
-  GROUPLIN_AVX512BF16_VBMI inline void step() {
-    if (rows <= 0) return;
-    __builtin_prefetch(row + at);
-    at += 64;
-    if (at >= bytes) {
-      at = 0;
-      row += ld;
-      --rows;
-    }
-  }
-};
+// fma_rows_fp8_pairs walks the lines of the next block of code rows (its rows x the call's
+// columns, RowsAhead from the block's start) a line per step: while a block is read down its
+// columns, 64 at a time (the chains stay in registers), the next one is prefetched along its rows,
+// as one stream: faster than prefetching only the same rows' next 64 columns (128 rows in flight
+// at once) and than keeping the chains in memory to read along the rows (two loads and a store
+// per vdpbf16ps); docs/PERFORMANCE.md.
 
 // Depths p0..p1 (one block) of the group of 64 columns from column j of b (kPartial: its first
 // n, zero codes after, nothing past them read or written) of fma_rows_fp8_pairs for MR rows of
@@ -255,7 +241,7 @@ template <int MR, bool kPartial>
 GROUPLIN_AVX512BF16_VBMI void fp8_row_pairs_group(const Fp8Decoder& d, int64_t p0, int64_t p1,
                                                   int64_t depth, const uint16_t* a, int64_t lda,
                                                   const Fp8Operand& b, int64_t j, int64_t n,
-                                                  float* c, int64_t ldc, BlockPrefetch& ahead) {
+                                                  float* c, int64_t ldc, RowsAhead& ahead) {
   const uint8_t* codes = b.codes + p0 * b.ld + j;
   __m512 t[MR][4];
 #pragma GCC unroll 4
@@ -303,9 +289,9 @@ GROUPLIN_AVX512BF16_VBMI void fp8_row_pairs_fixed(int64_t depth, const uint16_t*
   const Fp8Decoder d = fp8_decoder();
   for (int64_t p0 = 0; p0 < depth; p0 += kFp8Block) {
     const int64_t p1 = std::min(depth, p0 + kFp8Block);
-    BlockPrefetch ahead{b.codes + p1 * b.ld, b.ld, cols, std::min(kFp8Block, depth - p1)};
-    if (p1 == depth && b.ahead != nullptr)
-      ahead = {b.ahead, b.ld, cols, std::min(kFp8Block, depth)};
+    const uint8_t* next = p1 < depth ? b.codes + p1 * b.ld : b.ahead;
+    RowsAhead ahead(next, b.ld, cols,
+                    next == nullptr ? 0 : std::min(kFp8Block, p1 < depth ? depth - p1 : depth), 0);
     int64_t j = 0;
     for (; j + 64 <= cols; j += 64)
       fp8_row_pairs_group<MR, false>(d, p0, p1, depth, a, lda, b, j, 64, c, ldc, ahead);

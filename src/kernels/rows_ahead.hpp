@@ -1,16 +1,19 @@
-// Software prefetch for the dot kernels that read weight rows along the depth, one row after
-// another (dot_tile_pairs, dot_tile_fp8_pairs): the rows of one call walked a cache line at a time
-// in address order, a fixed distance ahead of the line being read, each step prefetching one line
-// into L2.
+// Software prefetch of weight rows, walked a cache line at a time in address order, each step
+// prefetching one line into L2. Two uses:
+// - the dot kernels that read weight rows along the depth, one row after another (dot_tile_pairs,
+//   dot_tile_fp8_pairs): the call's rows, a fixed distance ahead of the line being read;
+// - the row kernels that read a block of weight rows down its columns (fma_rows_pairs,
+//   fma_rows_fp8_pairs): the next block, from its start, along its rows (one stream), a line per
+//   line read.
 //
-//   RowsAhead ahead(w, ld_bytes, row_bytes, rows, kDotAheadBytes);
-//   for each row, for each 64 bytes of it read: ahead.step();
+//   RowsAhead ahead(w, ld_bytes, row_bytes, rows, kDotAheadBytes);  // or ahead 0: the next block
+//   for each 64 bytes read: ahead.step();
 //
-// Why: with 4-6 rows of x per weight row the products take about as long as the weights' stream,
-// and with the hardware prefetchers alone the core stalls on the weights and then computes
-// without reading; prefetching ahead overlaps the two. With 1-3 rows the products keep pace with
-// the hardware prefetchers, and prefetching as well only costs (docs/PERFORMANCE.md, "Weight rows
-// prefetched ahead into L2").
+// Why, for the dot kernels: with 4-6 rows of x per weight row the products take about as long as
+// the weights' stream, and with the hardware prefetchers alone the core stalls on the weights and
+// then computes without reading; prefetching ahead overlaps the two. With 1-3 rows the products
+// keep pace with the hardware prefetchers, and prefetching as well only costs (docs/PERFORMANCE.md,
+// "Weight rows prefetched ahead into L2").
 #pragma once
 
 #include <cstdint>
