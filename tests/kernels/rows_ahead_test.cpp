@@ -1,5 +1,5 @@
-// RowsAhead (src/kernels/rows_ahead.hpp): the lines the dot kernels prefetch, in the order they
-// prefetch them, never past the call's last row or into the gaps between rows.
+// RowsAhead (src/kernels/rows_ahead.hpp): the lines the dot and row kernels prefetch, in the order
+// they prefetch them, never past the last row walked or into the gaps between rows.
 #include "kernels/rows_ahead.hpp"
 
 #include <gtest/gtest.h>
