@@ -277,11 +277,7 @@ GROUPLIN_AVX512BF16 inline void join_columns(__m512 low, __m512 high, __m512& fi
 // them read.
 template <bool kPartial>
 GROUPLIN_AVX512BF16 inline __m512i load_row_words(const uint16_t* row, int64_t n) {
-  if (!kPartial) return _mm512_loadu_si512(row);
-  alignas(64) uint16_t t[32] = {};
-  if (n > 0)
-    __builtin_memcpy(t, row, sizeof(uint16_t) * static_cast<size_t>(std::min<int64_t>(n, 32)));
-  return _mm512_load_si512(t);
+  return kPartial ? load_first_bytes(row, 2 * n) : _mm512_loadu_si512(row);
 }
 
 // fma_rows_pairs goes by blocks of kPairRowsBlock depths: a block's weights (its rows x the call's

@@ -2,9 +2,11 @@
 // micro_kernels_avx512bf16.cpp (pair_tile, pair_tile_scaled, dot_tile_pairs and the set's
 // add_avx512bf16) and micro_kernels_avx512bf16_fp8.cpp (the FP8 pair kernels, which also need
 // AVX512-VBMI: add_fp8_pairs). What both use: the vdpbf16ps step, A's pairs broadcast, the lane
-// sum. Compiled natively and emulated, as x86_intrinsics.hpp says.
+// sum, the zero-padded load of a row's last bytes. Compiled natively and emulated, as
+// x86_intrinsics.hpp says.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/micro_kernels.hpp"
@@ -21,6 +23,21 @@ GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
 #else
 GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+#endif
+
+// The first n bytes at p (n <= 64; none when n <= 0), zeros after: the last, partial block of
+// a row without reading past it. SIMDe has no masked byte load: the emulated build copies.
+#if defined(GROUPLIN_X86_EMULATED)
+inline __m512i load_first_bytes(const void* p, int64_t n) {
+  alignas(64) uint8_t t[64] = {};
+  if (n > 0) __builtin_memcpy(t, p, static_cast<size_t>(std::min<int64_t>(n, 64)));
+  return _mm512_load_si512(t);
+}
+#else
+GROUPLIN_AVX512BF16 inline __m512i load_first_bytes(const void* p, int64_t n) {
+  const __mmask64 m = n >= 64 ? ~__mmask64{0} : n <= 0 ? 0 : (__mmask64{1} << n) - 1;
+  return _mm512_maskz_loadu_epi8(m, p);
 }
 #endif
 

@@ -83,21 +83,6 @@ GROUPLIN_AVX512BF16_VBMI inline void decode_fp8_64(const Fp8Decoder& d, __m512i 
   w1 = _mm512_permutex2var_epi8(low, d.second, high);
 }
 
-// The first n bytes at p (n <= 64; none when n <= 0), zeros after: the last, partial block of
-// a row without reading past it. SIMDe has no masked byte load: the emulated build copies.
-#if defined(GROUPLIN_X86_EMULATED)
-inline __m512i load_first_bytes(const void* p, int64_t n) {
-  alignas(64) uint8_t t[64] = {};
-  if (n > 0) __builtin_memcpy(t, p, static_cast<size_t>(std::min<int64_t>(n, 64)));
-  return _mm512_load_si512(t);
-}
-#else
-GROUPLIN_AVX512BF16_VBMI inline __m512i load_first_bytes(const void* p, int64_t n) {
-  const __mmask64 m = n >= 64 ? ~__mmask64{0} : n <= 0 ? 0 : (__mmask64{1} << n) - 1;
-  return _mm512_maskz_loadu_epi8(m, p);
-}
-#endif
-
 // One block of kFp8Block depths (128 codes at `codes`, MR rows of a; with kPartial, only the
 // first n depths, zeros after): per row, one vdpbf16ps chain over the block's four groups of 32
 // depths from +0, then one fused multiply-add by the block's scale into the row's sums.
