@@ -5,8 +5,8 @@
 // dispatch point, micro_kernels.cpp.
 //
 //   const MicroKernels& mk = micro_kernels();
-//   mk.dot_tile(4, 3, kc, x, ldx, w, ldw, c, ldc);     // c[i][j] += x_i · w_j over kc
-//   mk.outer_tile(6, 16, kc, a_panel, 1, 6, b_panel, 16, c, ldc, true);  // c[6][16] += A · B
+//   mk.f32.dot_tile(4, 3, kc, x, ldx, w, ldw, c, ldc);  // c[i][j] += x_i · w_j over kc
+//   mk.for_b(bf16).outer_tile(6, 16, kc, a_panel, 1, 6, b_panel, 16, c, ldc, true);  // += A · B
 //
 // Each function computes an output element with the same operations in the same order wherever
 // the element lies in a tile, so the tiling never changes results. The F32 arithmetic of the
@@ -59,23 +59,17 @@ struct Fp8Operand {
   const uint8_t* ahead = nullptr;
 };
 
-struct MicroKernels {
+// The F32 products (F32 A, F32 sums) over a B operand stored as F32 or as BF16 bits, widened
+// exactly in registers: the bits of the F32 kernel on the widened values, without a widened copy.
+// A set holds one per storage dtype of B (MicroKernels::f32, bf16; `for_b` picks one), so that a
+// caller writes its loop once for both. ldb and b_strip count B's elements.
+struct F32Products {
   // c[i * ldc + j] += sum over k < kc of a[i * lda + k] * b[j * ldb + k], for i < mr, j < nr.
   // Each sum is formed in 8 partial sums (k mod 8, fused multiply-adds in k order), added
   // pairwise in a fixed tree, then added to c once.
   // Requires: 1 <= mr <= kDotRows, 1 <= nr <= kDotCols, kc >= 0.
-  void (*dot_tile)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
+  void (*dot_tile)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b,
                    int64_t ldb, float* c, int64_t ldc);
-  // dot_tile with b given as BF16 bits, widened in registers (the same products, the same bits
-  // as dot_tile on the widened values).
-  void (*dot_tile_bf16)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const uint16_t* b,
-                        int64_t ldb, float* c, int64_t ldc);
-  // dot_tile with b FP8 codes decoded in registers (the bits of dot_tile on the decoded values),
-  // row j of b being row j of the operand. Null where the set has none: the tiles then decode
-  // rows into scratch for dot_tile. Requires: b.col0 a multiple of 8.
-  void (*dot_tile_fp8)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const Fp8Operand& b,
-                       float* c, int64_t ldc);
-
   // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * b[p * ldb + j], for i < mr, j < nr, with
   // A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1, a_step kOuterRows) or rows of
   // a matrix read in place (a_row = its ld, a_step 1); B a packed B-panel (ldb kOuterCols) or
@@ -84,22 +78,34 @@ struct MicroKernels {
   // c, so splitting kc into blocks gives the same bits), whatever mr and nr are.
   // Requires: 1 <= mr <= kOuterRows, nr == 8 or kOuterCols; c has room for mr x nr.
   void (*outer_tile)(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                     const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
-  // outer_tile with b given as BF16 bits read in place, widened in registers (the bits of
-  // outer_tile on the widened values).
-  void (*outer_tile_bf16)(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                          const uint16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+                     const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
   // outer_tile(mr, 16, ...) on `strips` adjacent 16-column strips at once, strip s reading B from
   // b + s * b_strip and writing c + 16 s: the bits of `strips` outer_tile calls, with the
   // register tile of the set (AVX-512: 6 rows x 4 strips, 24 of the 32 zmm registers).
-  // Requires: 1 <= mr <= kOuterRows, 1 <= strips <= max_strips.
+  // Requires: 1 <= mr <= kOuterRows, 1 <= strips <= MicroKernels::max_strips.
   void (*outer_strips)(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                       int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                       int64_t a_step, const void* b, int64_t ldb, int64_t b_strip, float* c,
                        int64_t ldc, bool accumulate);
-  // outer_strips with b given as BF16 bits read in place, widened in registers.
-  void (*outer_strips_bf16)(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                            int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
-                            float* c, int64_t ldc, bool accumulate);
+  // c[r * ldc + j] += sum over p < depth of a[r * lda + p] * b[p * ldb + j], for r < rows,
+  // j < cols: the same chain of fused multiply-adds in p order as outer_tile, without packing.
+  // For products with few rows (dgrad, where BF16 weights make it memory-bound) or little depth
+  // (wgrad), where packing does not pay.
+  void (*fma_rows)(int64_t rows, int64_t depth, const float* a, int64_t lda, const void* b,
+                   int64_t ldb, int64_t cols, float* c, int64_t ldc);
+};
+
+struct MicroKernels {
+  F32Products f32;   // B given as F32
+  F32Products bf16;  // B given as BF16 bits
+  // The products for B stored as BF16 (true) or F32.
+  const F32Products& for_b(bool b_bf16) const { return b_bf16 ? bf16 : f32; }
+
+  // f32.dot_tile with b FP8 codes decoded in registers (the bits of dot_tile on the decoded
+  // values), row j of b being row j of the operand. Null where the set has none: the tiles then
+  // decode rows into scratch for dot_tile. Requires: b.col0 a multiple of 8.
+  void (*dot_tile_fp8)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const Fp8Operand& b,
+                       float* c, int64_t ldc);
+
   // The most strips outer_strips computes in one register tile (1: it loops over outer_tile).
   int max_strips;
 
@@ -162,16 +168,7 @@ struct MicroKernels {
   // share of a grouped GEMM is done. Null where there is nothing to end.
   void (*pair_release)();
 
-  // c[r * ldc + j] += sum over p < depth of a[r * lda + p] * b[p * ldb + j], for r < rows,
-  // j < cols: the same chain of fused multiply-adds in p order as outer_tile, without packing.
-  // For products with few rows (dgrad) or little depth (wgrad), where packing does not pay.
-  void (*fma_rows)(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, int64_t cols, float* c, int64_t ldc);
-  // fma_rows with b given as BF16 bits, widened in registers (the bits of fma_rows on the
-  // widened values, without a widened copy: the memory-bound dgrad of BF16 weights).
-  void (*fma_rows_bf16)(int64_t rows, int64_t depth, const float* a, int64_t lda, const uint16_t* b,
-                        int64_t ldb, int64_t cols, float* c, int64_t ldc);
-  // fma_rows with b FP8 codes decoded in registers (the bits of fma_rows on the decoded values;
+  // f32.fma_rows with b FP8 codes decoded in registers (the bits of fma_rows on the decoded values;
   // the memory-bound dgrad of FP8 weights). Null where the set has none (as dot_tile_fp8).
   // Requires: b.col0 a multiple of 8.
   void (*fma_rows_fp8)(int64_t rows, int64_t depth, const float* a, int64_t lda,

@@ -94,14 +94,10 @@ template <bool kBf16>
 constexpr const DotFixed* kDotTable[kDotRows] = {kDotRow<1, kBf16>, kDotRow<2, kBf16>,
                                                  kDotRow<3, kBf16>, kDotRow<4, kBf16>};
 
-void dot_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
+template <bool kBf16>
+void dot_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b,
                    int64_t ldb, float* c, int64_t ldc) {
-  kDotTable<false>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
-}
-
-void dot_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const uint16_t* b,
-                        int64_t ldb, float* c, int64_t ldc) {
-  kDotTable<true>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
+  kDotTable<kBf16>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
 }
 
 // MR x NV accumulators of 8 lanes (12 at 6 x 2), NV loads of B and MR broadcasts of A per step.
@@ -161,35 +157,24 @@ const OuterFixed* outer_table(int nr, bool packed) {
   return packed ? kOuterRowsTable<2, true, kBf16> : kOuterRowsTable<2, false, kBf16>;
 }
 
+template <bool kBf16>
 void outer_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                     const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+                     const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const bool packed = a_row == 1 && a_step == kOuterRows;
-  outer_table<false>(nr, packed)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
-}
-
-void outer_tile_bf16_avx2(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                          const uint16_t* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  const bool packed = a_row == 1 && a_step == kOuterRows;
-  outer_table<true>(nr, packed)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
+  outer_table<kBf16>(nr, packed)[mr - 1](kc, a, a_row, a_step, b, ldb, c, ldc, accumulate);
 }
 
 // One 6 x 16 register tile at a time: 12 of the 16 ymm registers hold its sums, so wider tiles
 // would spill.
+template <bool kBf16>
 void outer_strips_avx2(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                       int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                       int64_t a_step, const void* b, int64_t ldb, int64_t b_strip, float* c,
                        int64_t ldc, bool accumulate) {
+  const int64_t elem = kBf16 ? 2 : 4;
   for (int s = 0; s < strips; ++s) {
-    outer_tile_avx2(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, ldb, c + s * kOuterCols,
-                    ldc, accumulate);
-  }
-}
-
-void outer_strips_bf16_avx2(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                            int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
-                            float* c, int64_t ldc, bool accumulate) {
-  for (int s = 0; s < strips; ++s) {
-    outer_tile_bf16_avx2(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, ldb,
-                         c + s * kOuterCols, ldc, accumulate);
+    outer_tile_avx2<kBf16>(mr, kOuterCols, kc, a, a_row, a_step,
+                           static_cast<const std::byte*>(b) + s * b_strip * elem, ldb,
+                           c + s * kOuterCols, ldc, accumulate);
   }
 }
 
@@ -221,9 +206,8 @@ GROUPLIN_AVX2 inline void fma_row_avx2(float av_scalar, const void* bp, float* c
 // L1: with more depth than rows (dgrad) a row of b is read once for all rows of c, with more rows
 // than depth (wgrad) a row of c stays while its few products are added.
 template <bool kBf16>
-GROUPLIN_AVX2 void fma_rows_avx2_impl(int64_t rows, int64_t depth, const float* a, int64_t lda,
-                                      const void* b, int64_t ldb, int64_t cols, float* c,
-                                      int64_t ldc) {
+GROUPLIN_AVX2 void fma_rows_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                 const void* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
   const int64_t full = cols / 8 * 8;
   const __m256i mask = first_lanes(cols - full);
   const int64_t row_bytes = ldb * (kBf16 ? 2 : 4);
@@ -241,15 +225,11 @@ GROUPLIN_AVX2 void fma_rows_avx2_impl(int64_t rows, int64_t depth, const float* 
   }
 }
 
-void fma_rows_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  fma_rows_avx2_impl<false>(rows, depth, a, lda, b, ldb, cols, c, ldc);
-}
-
-void fma_rows_bf16_avx2(int64_t rows, int64_t depth, const float* a, int64_t lda, const uint16_t* b,
-                        int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  fma_rows_avx2_impl<true>(rows, depth, a, lda, b, ldb, cols, c, ldc);
-}
+template <bool kBf16>
+constexpr F32Products kProducts = {.dot_tile = dot_tile_avx2<kBf16>,
+                                   .outer_tile = outer_tile_avx2<kBf16>,
+                                   .outer_strips = outer_strips_avx2<kBf16>,
+                                   .fma_rows = fma_rows_avx2<kBf16>};
 
 // Rounds the eight floats of `bits` to BF16 (nearest even) in the low halves of 32-bit lanes;
 // NaN lanes only where `any_nan` (checked once per 16 values: rare, and the blend costs a third
@@ -483,13 +463,9 @@ GROUPLIN_AVX2 void widen_bf16_avx2(const uint16_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
-constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
-                                .dot_tile_bf16 = dot_tile_bf16_avx2,
+constexpr MicroKernels kAvx2 = {.f32 = kProducts<false>,
+                                .bf16 = kProducts<true>,
                                 .dot_tile_fp8 = dot_tile_fp8_avx2,
-                                .outer_tile = outer_tile_avx2,
-                                .outer_tile_bf16 = outer_tile_bf16_avx2,
-                                .outer_strips = outer_strips_avx2,
-                                .outer_strips_bf16 = outer_strips_bf16_avx2,
                                 .max_strips = 1,
                                 .pair_tile = nullptr,
                                 .dot_tile_pairs = nullptr,
@@ -499,8 +475,6 @@ constexpr MicroKernels kAvx2 = {.dot_tile = dot_tile_avx2,
                                 .pair_strips = 0,
                                 .pair_block = nullptr,
                                 .pair_release = nullptr,
-                                .fma_rows = fma_rows_avx2,
-                                .fma_rows_bf16 = fma_rows_bf16_avx2,
                                 .fma_rows_fp8 = fma_rows_fp8_avx2,
                                 .decode_fp8_bf16 = nullptr,
                                 .fma_rows_fp8_pairs = nullptr,

@@ -219,7 +219,7 @@ GROUPLIN_AVX2 inline void fma_tail_fp8(int64_t rows, const float* a, int64_t lda
   }
 }
 
-// fma_rows_avx2_impl's dgrad order (a row of b read once for all rows of c, c in memory) with b
+// fma_rows_avx2's dgrad order (a row of b read once for all rows of c, c in memory) with b
 // decoded from FP8 in registers, 8 columns at a time, each group lying in one scale block; NaN
 // codes looked for once per 32 columns. The ragged end as fma_row_avx2's (masked loads and
 // stores). kRows > 0: that many rows, unrolled. Taken for one row, whose row of c stays in L1
@@ -362,7 +362,7 @@ GROUPLIN_AVX2 void fma_block_fp8(int64_t rows, int64_t depth, const float* a, in
   }
 }
 
-// fma_rows_avx2_impl's products with b decoded from FP8 in registers, in rectangles that each lie
+// fma_rows_avx2's products with b decoded from FP8 in registers, in rectangles that each lie
 // in one scale block (rows of b in one block of 128, columns in one block of 128; col0 and the
 // 8-column groups are multiples of 8). The rectangles of one column go in order of p, so every
 // element's chain runs over p in order. The ragged end as fma_row_avx2's (masked loads and

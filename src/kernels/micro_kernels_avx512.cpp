@@ -111,27 +111,17 @@ OuterFixed pick(int mr, int strips, bool half) {
   }
 }
 
+template <bool kBf16>
 void outer_tile_avx512(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                       const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  pick<false>(mr, 1, nr == 8)(kc, a, a_row, a_step, b, ldb, 0, c, ldc, accumulate);
+                       const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  pick<kBf16>(mr, 1, nr == 8)(kc, a, a_row, a_step, b, ldb, 0, c, ldc, accumulate);
 }
 
-void outer_tile_bf16_avx512(int mr, int nr, int64_t kc, const float* a, int64_t a_row,
-                            int64_t a_step, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
-                            bool accumulate) {
-  pick<true>(mr, 1, nr == 8)(kc, a, a_row, a_step, b, ldb, 0, c, ldc, accumulate);
-}
-
+template <bool kBf16>
 void outer_strips_avx512(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                         int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                         int64_t a_step, const void* b, int64_t ldb, int64_t b_strip, float* c,
                          int64_t ldc, bool accumulate) {
-  pick<false>(mr, strips, false)(kc, a, a_row, a_step, b, ldb, b_strip, c, ldc, accumulate);
-}
-
-void outer_strips_bf16_avx512(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                              int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
-                              float* c, int64_t ldc, bool accumulate) {
-  pick<true>(mr, strips, false)(kc, a, a_row, a_step, b, ldb, b_strip, c, ldc, accumulate);
+  pick<kBf16>(mr, strips, false)(kc, a, a_row, a_step, b, ldb, b_strip, c, ldc, accumulate);
 }
 
 // The first n (< 16) values of B from b on, zero beyond: F32 by a masked load, BF16 bits widened
@@ -223,9 +213,9 @@ GROUPLIN_AVX512 inline void fma_row(float av_scalar, const unsigned char* bp, fl
 // across the depth (wgrad ran slower loading and storing c at every depth step; dgrad ran slower
 // with its sums in registers: docs/PERFORMANCE.md).
 template <bool kBf16>
-GROUPLIN_AVX512 void fma_rows_impl(int64_t rows, int64_t depth, const float* a, int64_t lda,
-                                   const void* b, int64_t ldb, int64_t cols, float* c,
-                                   int64_t ldc) {
+GROUPLIN_AVX512 void fma_rows_avx512(int64_t rows, int64_t depth, const float* a, int64_t lda,
+                                     const void* b, int64_t ldb, int64_t cols, float* c,
+                                     int64_t ldc) {
   const int64_t elem = kBf16 ? 2 : 4;
   const int64_t row_bytes = ldb * elem;
   const auto* bytes = static_cast<const unsigned char*>(b);
@@ -250,26 +240,20 @@ GROUPLIN_AVX512 void fma_rows_impl(int64_t rows, int64_t depth, const float* a, 
   }
 }
 
-void fma_rows_avx512(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
-                     int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  fma_rows_impl<false>(rows, depth, a, lda, b, ldb, cols, c, ldc);
-}
-
-void fma_rows_bf16_avx512(int64_t rows, int64_t depth, const float* a, int64_t lda,
-                          const uint16_t* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  fma_rows_impl<true>(rows, depth, a, lda, b, ldb, cols, c, ldc);
+// The arithmetic the wider registers speed up; the dot tiles (memory-bound) stay the AVX2 set's.
+template <bool kBf16>
+void add_products(F32Products& products) {
+  products.outer_tile = outer_tile_avx512<kBf16>;
+  products.outer_strips = outer_strips_avx512<kBf16>;
+  products.fma_rows = fma_rows_avx512<kBf16>;
 }
 
 }  // namespace
 
 void add_avx512(MicroKernels& set) {
-  set.outer_tile = outer_tile_avx512;
-  set.outer_tile_bf16 = outer_tile_bf16_avx512;
-  set.outer_strips = outer_strips_avx512;
-  set.outer_strips_bf16 = outer_strips_bf16_avx512;
+  add_products<false>(set.f32);
+  add_products<true>(set.bf16);
   set.max_strips = kMaxStrips;
-  set.fma_rows = fma_rows_avx512;
-  set.fma_rows_bf16 = fma_rows_bf16_avx512;
   set.fma_rows_fp8 = fma_rows_fp8_avx512;
   set.name = "avx512f";
 }

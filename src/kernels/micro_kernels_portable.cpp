@@ -12,19 +12,24 @@
 namespace grouplin::kernels {
 namespace {
 
-// Element `at` of an F32 or (bf16) BF16 array, as F32 (exact).
+// Element `at` of an F32 or (kBf16) BF16 array, as F32 (exact).
+template <bool kBf16>
+float load_as_f32(const void* src, int64_t at) {
+  if constexpr (kBf16) return bf16_to_f32(static_cast<const uint16_t*>(src)[at]);
+  return static_cast<const float*>(src)[at];
+}
 float load_as_f32(const void* src, bool bf16, int64_t at) {
-  return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(src)[at])
-              : static_cast<const float*>(src)[at];
+  return bf16 ? load_as_f32<true>(src, at) : load_as_f32<false>(src, at);
 }
 
-void dot_tile_any(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b, bool bf16,
-                  int64_t ldb, float* c, int64_t ldc) {
+template <bool kBf16>
+void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b,
+                       int64_t ldb, float* c, int64_t ldc) {
   for (int i = 0; i < mr; ++i) {
     for (int j = 0; j < nr; ++j) {
       float lanes[8] = {};
       for (int64_t k = 0; k < kc; ++k)
-        lanes[k % 8] += a[i * lda + k] * load_as_f32(b, bf16, j * ldb + k);
+        lanes[k % 8] += a[i * lda + k] * load_as_f32<kBf16>(b, j * ldb + k);
       const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
                         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
       c[i * ldc + j] += sum;
@@ -32,76 +37,47 @@ void dot_tile_any(int mr, int nr, int64_t kc, const float* a, int64_t lda, const
   }
 }
 
-void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, const float* b,
-                       int64_t ldb, float* c, int64_t ldc) {
-  dot_tile_any(mr, nr, kc, a, lda, b, false, ldb, c, ldc);
-}
-
-void dot_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda,
-                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  dot_tile_any(mr, nr, kc, a, lda, b, true, ldb, c, ldc);
-}
-
-void outer_tile_any(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                    const void* b, bool bf16, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+template <bool kBf16>
+void outer_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
+                         const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   for (int i = 0; i < mr; ++i) {
     for (int j = 0; j < nr; ++j) {
       float acc = accumulate ? c[i * ldc + j] : 0.0f;
       for (int64_t p = 0; p < kc; ++p)
-        acc += a[i * a_row + p * a_step] * load_as_f32(b, bf16, p * ldb + j);
+        acc += a[i * a_row + p * a_step] * load_as_f32<kBf16>(b, p * ldb + j);
       c[i * ldc + j] = acc;
     }
   }
 }
 
-void outer_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row, int64_t a_step,
-                         const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  outer_tile_any(mr, nr, kc, a, a_row, a_step, b, false, ldb, c, ldc, accumulate);
-}
-
-void outer_tile_bf16_portable(int mr, int nr, int64_t kc, const float* a, int64_t a_row,
-                              int64_t a_step, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
-                              bool accumulate) {
-  outer_tile_any(mr, nr, kc, a, a_row, a_step, b, true, ldb, c, ldc, accumulate);
-}
-
+template <bool kBf16>
 void outer_strips_portable(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                           int64_t a_step, const float* b, int64_t ldb, int64_t b_strip, float* c,
+                           int64_t a_step, const void* b, int64_t ldb, int64_t b_strip, float* c,
                            int64_t ldc, bool accumulate) {
+  const int64_t elem = kBf16 ? 2 : 4;
   for (int s = 0; s < strips; ++s) {
-    outer_tile_any(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, false, ldb,
-                   c + s * kOuterCols, ldc, accumulate);
+    outer_tile_portable<kBf16>(mr, kOuterCols, kc, a, a_row, a_step,
+                               static_cast<const std::byte*>(b) + s * b_strip * elem, ldb,
+                               c + s * kOuterCols, ldc, accumulate);
   }
 }
 
-void outer_strips_bf16_portable(int mr, int strips, int64_t kc, const float* a, int64_t a_row,
-                                int64_t a_step, const uint16_t* b, int64_t ldb, int64_t b_strip,
-                                float* c, int64_t ldc, bool accumulate) {
-  for (int s = 0; s < strips; ++s) {
-    outer_tile_any(mr, kOuterCols, kc, a, a_row, a_step, b + s * b_strip, true, ldb,
-                   c + s * kOuterCols, ldc, accumulate);
-  }
-}
-
-void fma_rows_any(int64_t rows, int64_t depth, const float* a, int64_t lda, const void* b,
-                  bool bf16, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
+template <bool kBf16>
+void fma_rows_portable(int64_t rows, int64_t depth, const float* a, int64_t lda, const void* b,
+                       int64_t ldb, int64_t cols, float* c, int64_t ldc) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t p = 0; p < depth; ++p) {
       const float av = a[r * lda + p];
-      for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += av * load_as_f32(b, bf16, p * ldb + j);
+      for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] += av * load_as_f32<kBf16>(b, p * ldb + j);
     }
   }
 }
 
-void fma_rows_portable(int64_t rows, int64_t depth, const float* a, int64_t lda, const float* b,
-                       int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  fma_rows_any(rows, depth, a, lda, b, false, ldb, cols, c, ldc);
-}
-
-void fma_rows_bf16_portable(int64_t rows, int64_t depth, const float* a, int64_t lda,
-                            const uint16_t* b, int64_t ldb, int64_t cols, float* c, int64_t ldc) {
-  fma_rows_any(rows, depth, a, lda, b, true, ldb, cols, c, ldc);
-}
+template <bool kBf16>
+constexpr F32Products kProducts = {.dot_tile = dot_tile_portable<kBf16>,
+                                   .outer_tile = outer_tile_portable<kBf16>,
+                                   .outer_strips = outer_strips_portable<kBf16>,
+                                   .fma_rows = fma_rows_portable<kBf16>};
 
 void add_rows_portable(const void* rows, int64_t row_bytes, int64_t count, bool bf16, int64_t n,
                        float* sums, bool zero) {
@@ -176,13 +152,9 @@ void decode_e4m3_portable(const uint8_t* src, float scale, float* dst, int64_t n
 
 }  // namespace
 
-constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
-                                    .dot_tile_bf16 = dot_tile_bf16_portable,
+constexpr MicroKernels kPortable = {.f32 = kProducts<false>,
+                                    .bf16 = kProducts<true>,
                                     .dot_tile_fp8 = nullptr,
-                                    .outer_tile = outer_tile_portable,
-                                    .outer_tile_bf16 = outer_tile_bf16_portable,
-                                    .outer_strips = outer_strips_portable,
-                                    .outer_strips_bf16 = outer_strips_bf16_portable,
                                     .max_strips = 1,
                                     .pair_tile = nullptr,
                                     .dot_tile_pairs = nullptr,
@@ -192,8 +164,6 @@ constexpr MicroKernels kPortable = {.dot_tile = dot_tile_portable,
                                     .pair_strips = 0,
                                     .pair_block = nullptr,
                                     .pair_release = nullptr,
-                                    .fma_rows = fma_rows_portable,
-                                    .fma_rows_bf16 = fma_rows_bf16_portable,
                                     .fma_rows_fp8 = nullptr,
                                     .decode_fp8_bf16 = nullptr,
                                     .fma_rows_fp8_pairs = nullptr,

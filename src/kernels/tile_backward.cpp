@@ -76,8 +76,8 @@ void wgrad_by_panels(const WgradArgs& args, const Tile& t, int64_t first, const 
     prefetch.step();
     for (int64_t j = 0; j < strips; j += mk.max_strips) {
       const int ns = static_cast<int>(std::min<int64_t>(mk.max_strips, strips - j));
-      mk.outer_strips(h, ns, kc, s.a, 1, kOuterRows, s.b + j * kOuterCols * kc, kOuterCols,
-                      kOuterCols * kc, s.c + j * kOuterCols, s.ldc, false);
+      mk.f32.outer_strips(h, ns, kc, s.a, 1, kOuterRows, s.b + j * kOuterCols * kc, kOuterCols,
+                          kOuterCols * kc, s.c + j * kOuterCols, s.ldc, false);
     }
     stream_gradient_rows(args, t, i, h, s);
   }
@@ -196,13 +196,10 @@ void dgrad_direct(const DgradArgs& args, const MatrixRef& w, const Tile& t, cons
         mk.fma_rows_fp8(t.rows, n, a + p, lda, operand, t.cols, acc.c, acc.ldc);
       } else if (w.dtype == DType::F8_E4M3) {  // decoded n rows at a time into scratch
         const F32Rows wd = f32_rows(w, p0 + p, n, t.col0, t.cols, s.b);
-        mk.fma_rows(t.rows, n, a + p, lda, wd.data, wd.ld, t.cols, acc.c, acc.ldc);
-      } else if (w.dtype == DType::F32) {
-        mk.fma_rows(t.rows, n, a + p, lda, reinterpret_cast<const float*>(b), w.ld, t.cols, acc.c,
-                    acc.ldc);
+        mk.f32.fma_rows(t.rows, n, a + p, lda, wd.data, wd.ld, t.cols, acc.c, acc.ldc);
       } else {
-        mk.fma_rows_bf16(t.rows, n, a + p, lda, reinterpret_cast<const uint16_t*>(b), w.ld, t.cols,
-                         acc.c, acc.ldc);
+        mk.for_b(w.dtype == DType::BF16)
+            .fma_rows(t.rows, n, a + p, lda, b, w.ld, t.cols, acc.c, acc.ldc);
       }
     }
   }
@@ -350,14 +347,14 @@ void wgrad_direct(const WgradArgs& args, const Tile& t, const Scratch& s) {
     for (int64_t r0 = 0; r0 < t.rows; r0 += kDirectRowGroup) {
       const int64_t h = std::min(kDirectRowGroup, t.rows - r0);
       for (int64_t r = 0; r < h; ++r) std::fill_n(s.c + r * s.ldc, t.cols, 0.0f);
-      mk.fma_rows(h, t.depth, s.a + r0 * t.depth, t.depth, xr.data, xr.ld, t.cols, s.c, s.ldc);
+      mk.f32.fma_rows(h, t.depth, s.a + r0 * t.depth, t.depth, xr.data, xr.ld, t.cols, s.c, s.ldc);
       stream_gradient_rows(args, t, r0, h, s);
     }
     stream_fence();
     return;
   }
   const Accumulator acc = accumulator_for(g, t.row0, t.col0, false, true, t, s);
-  mk.fma_rows(t.rows, t.depth, s.a, t.depth, xr.data, xr.ld, t.cols, acc.c, acc.ldc);
+  mk.f32.fma_rows(t.rows, t.depth, s.a, t.depth, xr.data, xr.ld, t.cols, acc.c, acc.ldc);
   store_gradient(args, t, acc, s);
 }
 

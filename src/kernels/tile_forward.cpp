@@ -56,13 +56,10 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
           if (i == 0 && j + 2 * kDotCols < t.cols) b.ahead = b.codes + 2 * kDotCols * w.ld;
           mk.dot_tile_fp8(mr, nr, kc, xp + i * ldx, ldx, b, c + i * ldc + j, ldc);
         } else if (wd.data != nullptr) {
-          mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, wd.data, wd.ld, c + i * ldc + j, ldc);
-        } else if (w.dtype == DType::F32) {
-          mk.dot_tile(mr, nr, kc, xp + i * ldx, ldx, reinterpret_cast<const float*>(wp), w.ld,
-                      c + i * ldc + j, ldc);
+          mk.f32.dot_tile(mr, nr, kc, xp + i * ldx, ldx, wd.data, wd.ld, c + i * ldc + j, ldc);
         } else {
-          mk.dot_tile_bf16(mr, nr, kc, xp + i * ldx, ldx, reinterpret_cast<const uint16_t*>(wp),
-                           w.ld, c + i * ldc + j, ldc);
+          mk.for_b(w.dtype == DType::BF16)
+              .dot_tile(mr, nr, kc, xp + i * ldx, ldx, wp, w.ld, c + i * ldc + j, ldc);
         }
       }
     }
@@ -120,20 +117,20 @@ void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile
       for (int64_t q = 0; q < full; q += mk.max_strips) {
         const int ns = static_cast<int>(std::min<int64_t>(mk.max_strips, full - q));
         for (int i = 0; i < ns; ++i) prefetch.step();
-        mk.outer_strips(h, ns, kc, a, lda, 1, s.b + q * kOuterCols * kc, kOuterCols,
-                        kOuterCols * kc, ct + n * ldct + q * kOuterCols, ldct, k0 > 0);
+        mk.f32.outer_strips(h, ns, kc, a, lda, 1, s.b + q * kOuterCols * kc, kOuterCols,
+                            kOuterCols * kc, ct + n * ldct + q * kOuterCols, ldct, k0 > 0);
       }
       if (full * kOuterCols < ldct) {
         prefetch.step();
-        mk.outer_tile(h, 8, kc, a, lda, 1, s.b + full * kOuterCols * kc, kOuterCols,
-                      ct + n * ldct + full * kOuterCols, ldct, k0 > 0);
+        mk.f32.outer_tile(h, 8, kc, a, lda, 1, s.b + full * kOuterCols * kc, kOuterCols,
+                          ct + n * ldct + full * kOuterCols, ldct, k0 > 0);
       }
       for (int64_t j = 0; j < h; j += kDotCols) {
         const int nr = static_cast<int>(std::min<int64_t>(kDotCols, h - j));
         for (int64_t i = 0; i < dot_rows; i += kDotRows) {
           const int mr = static_cast<int>(std::min<int64_t>(kDotRows, dot_rows - i));
-          mk.dot_tile(mr, nr, kc, xd.data + i * xd.ld, xd.ld, a + j * lda, lda,
-                      bs.tail + i * t.cols + n + j, t.cols);
+          mk.f32.dot_tile(mr, nr, kc, xd.data + i * xd.ld, xd.ld, a + j * lda, lda,
+                          bs.tail + i * t.cols + n + j, t.cols);
         }
       }
     }

@@ -53,6 +53,9 @@ Region region_of(const MatrixRef& m, int64_t r0, int64_t rows, int64_t c0, int64
 void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const BBlock& b, float* c,
                  int64_t ldc, bool accumulate, Prefetcher& prefetch) {
   const MicroKernels& mk = micro_kernels();
+  const F32Products& products = mk.for_b(b.bf16);
+  const auto* b_bytes = static_cast<const std::byte*>(b.b);
+  const int64_t elem = b.bf16 ? 2 : 4;
   const bool packed = b.packed;
   const RowPanels panels(rows);
   const int64_t full_strips = cols / kOuterCols;
@@ -66,19 +69,13 @@ void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const 
       const int64_t i = panels.start(q);
       const int h = panels.height(q);
       for (int n = 0; n < ns; ++n) prefetch.step();
-      if (b.bf16) {
-        mk.outer_strips_bf16(h, ns, kc, a, 1, kOuterRows,
-                             static_cast<const uint16_t*>(b.b) + b_offset, b.ldb, b_strip,
-                             c + i * ldc + j, ldc, accumulate);
-      } else {
-        mk.outer_strips(h, ns, kc, a, 1, kOuterRows, static_cast<const float*>(b.b) + b_offset,
-                        b.ldb, b_strip, c + i * ldc + j, ldc, accumulate);
-      }
+      products.outer_strips(h, ns, kc, a, 1, kOuterRows, b_bytes + b_offset * elem, b.ldb, b_strip,
+                            c + i * ldc + j, ldc, accumulate);
     }
   }
   const int64_t j = full_strips * kOuterCols;
   if (j == cols) return;
-  const float* bj = static_cast<const float*>(b.b) + (packed ? j * kc : j);
+  const std::byte* bj = b_bytes + (packed ? j * kc : j) * elem;
   const int64_t w = cols - j;
   for (int64_t q = 0; q < panels.count; ++q) {
     const float* a = ap + q * kOuterRows * kc;
@@ -89,7 +86,8 @@ void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const 
     if (accumulate) {
       for (int64_t r = 0; r < h; ++r) std::copy_n(c + (i + r) * ldc + j, w, local + r * kOuterCols);
     }
-    mk.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, b.ldb, local, kOuterCols, accumulate);
+    products.outer_tile(h, kOuterCols, kc, a, 1, kOuterRows, bj, b.ldb, local, kOuterCols,
+                        accumulate);
     for (int64_t r = 0; r < h; ++r) std::copy_n(local + r * kOuterCols, w, c + (i + r) * ldc + j);
   }
 }

@@ -57,6 +57,7 @@ TEST_P(KernelSetTest, OuterProductTilesEqualAvx2Bits) {
     std::vector<uint16_t> half(b.size());
     for (size_t i = 0; i < b.size(); ++i) half[i] = f32_to_bf16(b[i]);
     for (bool bf16 : {false, true}) {
+      const void* b_ptr = bf16 ? static_cast<const void*>(half.data()) : b.data();
       for (bool packed : {false, true}) {
         const float* a_ptr = packed ? ap.data() : a.data();
         const int64_t a_row = packed ? 1 : kc, a_step = packed ? kOuterRows : 1;
@@ -64,17 +65,10 @@ TEST_P(KernelSetTest, OuterProductTilesEqualAvx2Bits) {
           for (int strips = 1; strips <= set_->max_strips; ++strips) {
             for (bool accumulate : {false, true}) {
               std::vector<float> want((kOuterRows + 1) * ldc, 0.5f), got = want;
-              if (bf16) {
-                avx2_->outer_strips_bf16(mr, strips, kc, a_ptr, a_row, a_step, half.data(), ldb,
-                                         kOuterCols, want.data(), ldc, accumulate);
-                set_->outer_strips_bf16(mr, strips, kc, a_ptr, a_row, a_step, half.data(), ldb,
-                                        kOuterCols, got.data(), ldc, accumulate);
-              } else {
-                avx2_->outer_strips(mr, strips, kc, a_ptr, a_row, a_step, b.data(), ldb, kOuterCols,
-                                    want.data(), ldc, accumulate);
-                set_->outer_strips(mr, strips, kc, a_ptr, a_row, a_step, b.data(), ldb, kOuterCols,
-                                   got.data(), ldc, accumulate);
-              }
+              avx2_->for_b(bf16).outer_strips(mr, strips, kc, a_ptr, a_row, a_step, b_ptr, ldb,
+                                              kOuterCols, want.data(), ldc, accumulate);
+              set_->for_b(bf16).outer_strips(mr, strips, kc, a_ptr, a_row, a_step, b_ptr, ldb,
+                                             kOuterCols, got.data(), ldc, accumulate);
               ASSERT_TRUE(same_bits(want, got)) << "kc " << kc << " bf16 " << bf16 << " packed "
                                                 << packed << " mr " << mr << " strips " << strips;
               for (int64_t i = 0; i <= kOuterRows; ++i) {
@@ -87,17 +81,10 @@ TEST_P(KernelSetTest, OuterProductTilesEqualAvx2Bits) {
           }
           // 8 columns: the broadcast path's last panel.
           std::vector<float> want(kOuterRows * kOuterCols, 0.25f), got = want;
-          if (bf16) {
-            avx2_->outer_tile_bf16(mr, 8, kc, a_ptr, a_row, a_step, half.data(), ldb, want.data(),
-                                   kOuterCols, true);
-            set_->outer_tile_bf16(mr, 8, kc, a_ptr, a_row, a_step, half.data(), ldb, got.data(),
-                                  kOuterCols, true);
-          } else {
-            avx2_->outer_tile(mr, 8, kc, a_ptr, a_row, a_step, b.data(), ldb, want.data(),
-                              kOuterCols, true);
-            set_->outer_tile(mr, 8, kc, a_ptr, a_row, a_step, b.data(), ldb, got.data(), kOuterCols,
-                             true);
-          }
+          avx2_->for_b(bf16).outer_tile(mr, 8, kc, a_ptr, a_row, a_step, b_ptr, ldb, want.data(),
+                                        kOuterCols, true);
+          set_->for_b(bf16).outer_tile(mr, 8, kc, a_ptr, a_row, a_step, b_ptr, ldb, got.data(),
+                                       kOuterCols, true);
           ASSERT_TRUE(same_bits(want, got)) << "8 columns, mr " << mr;
           for (int j = 8; j < kOuterCols; ++j) ASSERT_EQ(got[j], 0.25f);
         }
@@ -119,15 +106,10 @@ TEST_P(KernelSetTest, FmaRowsEqualAvx2BitsAndWriteOnlyTheirColumns) {
         for (size_t i = 0; i < b.size(); ++i) half[i] = f32_to_bf16(b[i]);
         for (bool bf16 : {false, true}) {
           std::vector<float> want(static_cast<size_t>(rows * ld), 9.0f), got = want;
-          if (bf16) {
-            avx2_->fma_rows_bf16(rows, depth, a.data(), depth, half.data(), ld, cols, want.data(),
-                                 ld);
-            set_->fma_rows_bf16(rows, depth, a.data(), depth, half.data(), ld, cols, got.data(),
-                                ld);
-          } else {
-            avx2_->fma_rows(rows, depth, a.data(), depth, b.data(), ld, cols, want.data(), ld);
-            set_->fma_rows(rows, depth, a.data(), depth, b.data(), ld, cols, got.data(), ld);
-          }
+          const void* b_ptr = bf16 ? static_cast<const void*>(half.data()) : b.data();
+          avx2_->for_b(bf16).fma_rows(rows, depth, a.data(), depth, b_ptr, ld, cols, want.data(),
+                                      ld);
+          set_->for_b(bf16).fma_rows(rows, depth, a.data(), depth, b_ptr, ld, cols, got.data(), ld);
           ASSERT_TRUE(same_bits(want, got))
               << "cols " << cols << " rows " << rows << " depth " << depth << " bf16 " << bf16;
           for (int64_t r = 0; r < rows; ++r) {

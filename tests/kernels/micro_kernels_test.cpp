@@ -243,11 +243,11 @@ TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
     const std::vector<float> a = random_floats(static_cast<size_t>(4 * kc), 1);
     const std::vector<float> b = random_floats(static_cast<size_t>(3 * kc), 2);
     std::vector<float> full(12, 0.5f), single(12, 0.5f);
-    micro_kernels().dot_tile(4, 3, kc, a.data(), kc, b.data(), kc, full.data(), 3);
+    micro_kernels().f32.dot_tile(4, 3, kc, a.data(), kc, b.data(), kc, full.data(), 3);
     for (int i = 0; i < 4; ++i) {
       for (int j = 0; j < 3; ++j) {
-        micro_kernels().dot_tile(1, 1, kc, a.data() + i * kc, kc, b.data() + j * kc, kc,
-                                 single.data() + i * 3 + j, 3);
+        micro_kernels().f32.dot_tile(1, 1, kc, a.data() + i * kc, kc, b.data() + j * kc, kc,
+                                     single.data() + i * 3 + j, 3);
       }
     }
     EXPECT_TRUE(same_bits(full, single)) << kc;
@@ -259,10 +259,10 @@ TEST_F(MicroKernelsTest, DotTileElementsDoNotDependOnTileSize) {
     // Every tile size: each is its own compiled instance, with its own ragged tail.
     for (int mr = 1; mr <= kDotRows; ++mr) {
       for (int nr = 1; nr <= kDotCols; ++nr) {
-        micro_kernels().dot_tile_bf16(mr, nr, kc, a.data(), kc, half.data(), kc, from_half.data(),
+        micro_kernels().bf16.dot_tile(mr, nr, kc, a.data(), kc, half.data(), kc, from_half.data(),
                                       3);
-        micro_kernels().dot_tile(mr, nr, kc, a.data(), kc, widened.data(), kc, from_widened.data(),
-                                 3);
+        micro_kernels().f32.dot_tile(mr, nr, kc, a.data(), kc, widened.data(), kc,
+                                     from_widened.data(), 3);
         EXPECT_TRUE(same_bits(from_half, from_widened)) << kc << " " << mr << "x" << nr;
       }
     }
@@ -285,28 +285,28 @@ TEST_F(MicroKernelsTest, FmaRowsEqualsOuterProductAndDepthBlocking) {
   alignas(32) float bp[depth * kOuterCols];
   std::memcpy(bp, b.data(), sizeof bp);
   std::vector<float> outer(kOuterRows * kOuterCols, 0.25f), rows = outer, blocked = outer;
-  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
-                             kOuterCols, outer.data(), kOuterCols, true);
-  micro_kernels().fma_rows(kOuterRows, depth, a.data(), depth, b.data(), kOuterCols, kOuterCols,
-                           rows.data(), kOuterCols);
-  micro_kernels().outer_tile(kOuterRows, kOuterCols, 20, ap.data(), 1, kOuterRows, bp, kOuterCols,
-                             blocked.data(), kOuterCols, true);
-  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth - 20, ap.data() + 20 * kOuterRows, 1,
-                             kOuterRows, bp + 20 * kOuterCols, kOuterCols, blocked.data(),
-                             kOuterCols, true);
+  micro_kernels().f32.outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
+                                 kOuterCols, outer.data(), kOuterCols, true);
+  micro_kernels().f32.fma_rows(kOuterRows, depth, a.data(), depth, b.data(), kOuterCols, kOuterCols,
+                               rows.data(), kOuterCols);
+  micro_kernels().f32.outer_tile(kOuterRows, kOuterCols, 20, ap.data(), 1, kOuterRows, bp,
+                                 kOuterCols, blocked.data(), kOuterCols, true);
+  micro_kernels().f32.outer_tile(kOuterRows, kOuterCols, depth - 20, ap.data() + 20 * kOuterRows, 1,
+                                 kOuterRows, bp + 20 * kOuterCols, kOuterCols, blocked.data(),
+                                 kOuterCols, true);
   EXPECT_TRUE(same_bits(outer, rows));
   EXPECT_TRUE(same_bits(outer, blocked));
   // Starting from +0 without reading c equals accumulating onto zeros, whatever c held.
   std::vector<float> fresh(kOuterRows * kOuterCols, std::numeric_limits<float>::quiet_NaN());
   std::vector<float> zeros(kOuterRows * kOuterCols, 0.0f);
-  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
-                             kOuterCols, fresh.data(), kOuterCols, false);
-  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
-                             kOuterCols, zeros.data(), kOuterCols, true);
+  micro_kernels().f32.outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
+                                 kOuterCols, fresh.data(), kOuterCols, false);
+  micro_kernels().f32.outer_tile(kOuterRows, kOuterCols, depth, ap.data(), 1, kOuterRows, bp,
+                                 kOuterCols, zeros.data(), kOuterCols, true);
   // Rows read in place (a_row = depth, a_step = 1) equal the packed panel.
   std::vector<float> in_place(kOuterRows * kOuterCols, 0.25f);
-  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, a.data(), depth, 1, bp, kOuterCols,
-                             in_place.data(), kOuterCols, true);
+  micro_kernels().f32.outer_tile(kOuterRows, kOuterCols, depth, a.data(), depth, 1, bp, kOuterCols,
+                                 in_place.data(), kOuterCols, true);
   EXPECT_TRUE(same_bits(outer, in_place));
   EXPECT_TRUE(same_bits(fresh, zeros));
 }
@@ -321,13 +321,13 @@ TEST_F(MicroKernelsTest, OuterTileRowCountsAndInPlaceB) {
   for (int64_t p = 0; p < depth; ++p)
     std::copy_n(wide.data() + p * ldb + 2, kOuterCols, bp + p * kOuterCols);
   std::vector<float> full(kOuterRows * kOuterCols, 0.5f);
-  micro_kernels().outer_tile(kOuterRows, kOuterCols, depth, a.data(), depth, 1, bp, kOuterCols,
-                             full.data(), kOuterCols, true);
+  micro_kernels().f32.outer_tile(kOuterRows, kOuterCols, depth, a.data(), depth, 1, bp, kOuterCols,
+                                 full.data(), kOuterCols, true);
   for (int nr : {8, kOuterCols}) {
     for (int mr = 1; mr <= kOuterRows; ++mr) {
       std::vector<float> part((kOuterRows + 1) * kOuterCols, 0.5f);
-      micro_kernels().outer_tile(mr, nr, depth, a.data(), depth, 1, wide.data() + 2, ldb,
-                                 part.data(), kOuterCols, true);
+      micro_kernels().f32.outer_tile(mr, nr, depth, a.data(), depth, 1, wide.data() + 2, ldb,
+                                     part.data(), kOuterCols, true);
       for (int i = 0; i <= kOuterRows; ++i) {
         for (int j = 0; j < kOuterCols; ++j) {
           const float got = part[static_cast<size_t>(i * kOuterCols + j)];
@@ -355,17 +355,17 @@ TEST_F(MicroKernelsTest, Bf16BKernelsEqualF32KernelsOnWidenedB) {
     for (int nr : {8, kOuterCols}) {
       for (int mr : {1, 4, kOuterRows}) {
         std::vector<float> want(kOuterRows * kOuterCols, 0.5f), got = want;
-        mk->outer_tile(mr, nr, depth, a.data(), depth, 1, widened.data() + 3, ldb, want.data(),
-                       kOuterCols, true);
-        mk->outer_tile_bf16(mr, nr, depth, a.data(), depth, 1, half.data() + 3, ldb, got.data(),
+        mk->f32.outer_tile(mr, nr, depth, a.data(), depth, 1, widened.data() + 3, ldb, want.data(),
+                           kOuterCols, true);
+        mk->bf16.outer_tile(mr, nr, depth, a.data(), depth, 1, half.data() + 3, ldb, got.data(),
                             kOuterCols, true);
         EXPECT_TRUE(same_bits(want, got)) << mk->name << " mr " << mr << " nr " << nr;
       }
     }
     for (int64_t rows : {1, 3}) {
       std::vector<float> want(static_cast<size_t>(rows * ldb), 0.25f), got = want;
-      mk->fma_rows(rows, depth, a.data(), depth, widened.data(), ldb, cols, want.data(), ldb);
-      mk->fma_rows_bf16(rows, depth, a.data(), depth, half.data(), ldb, cols, got.data(), ldb);
+      mk->f32.fma_rows(rows, depth, a.data(), depth, widened.data(), ldb, cols, want.data(), ldb);
+      mk->bf16.fma_rows(rows, depth, a.data(), depth, half.data(), ldb, cols, got.data(), ldb);
       EXPECT_TRUE(same_bits(want, got)) << mk->name << " rows " << rows;
     }
   }
@@ -427,7 +427,7 @@ TEST_F(MicroKernelsTest, FmaRowsWritesOnlyItsColumns) {
     const std::vector<float> a = random_floats(4, 5),
                              b = random_floats(static_cast<size_t>(2 * 40), 6);
     std::vector<float> c(static_cast<size_t>(2 * 40), 9.0f);
-    micro_kernels().fma_rows(2, 2, a.data(), 2, b.data(), 40, cols, c.data(), 40);
+    micro_kernels().f32.fma_rows(2, 2, a.data(), 2, b.data(), 40, cols, c.data(), 40);
     for (int64_t r = 0; r < 2; ++r) {
       for (int64_t j = cols; j < 40; ++j)
         EXPECT_EQ(c[static_cast<size_t>(r * 40 + j)], 9.0f) << cols;
@@ -481,7 +481,7 @@ TEST_F(MicroKernelsTest, FmaRowsFp8EqualsFmaRowsOnDecodedValues) {
         }
         const std::vector<float> a = random_floats(static_cast<size_t>(rows * depth), 11);
         std::vector<float> want(static_cast<size_t>(rows * 320), 1.5f), got = want;
-        mk.fma_rows(rows, depth, a.data(), depth, decoded.data(), cols, cols, want.data(), 320);
+        mk.f32.fma_rows(rows, depth, a.data(), depth, decoded.data(), cols, cols, want.data(), 320);
         const Fp8Operand b{codes.data() + row0 * kLd + col0, kLd, scales.data(), 3, row0, col0};
         mk.fma_rows_fp8(rows, depth, a.data(), depth, b, cols, got.data(), 320);
         EXPECT_TRUE(same_bits(got, want)) << mk.name << " rows " << rows << " from b row " << row0
