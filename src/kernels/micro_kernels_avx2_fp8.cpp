@@ -35,9 +35,8 @@ inline float folded_scale(float scale) {
 inline bool foldable(float folded) { return !std::isnan(folded); }
 
 // 8 codes, none a NaN code, to their values times the scale: one multiply by the folded scale,
-// a third of decode8_e4m3's operations. One core, codes in L2, G codes/s decode8_e4m3 / this:
-// decode_e4m3 6.3 / 9.2; fma_rows_fp8 (1 row) 2.7 / 6.9 (with its rows unrolled); dot tiles
-// (1 x 3) 7.5 / 7.5 (bound by register pressure: 8.4 once the scales came from memory).
+// a third of decode8_e4m3's operations (docs/PERFORMANCE.md, "Measurements behind the code's
+// comments").
 GROUPLIN_AVX2 inline __m256 decode8_e4m3_finite(const uint8_t* src, __m256 folded) {
   return _mm256_mul_ps(e4m3_bits(src), folded);
 }

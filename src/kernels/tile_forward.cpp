@@ -50,8 +50,8 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
       for (int64_t i = 0; i < t.rows; i += kDotRows) {
         const int mr = static_cast<int>(std::min<int64_t>(kDotRows, t.rows - i));
         if (fused) {
-          // The rows two groups on, prefetched as these are read (1 row per expert, 1 thread,
-          // weights from memory: 3.6 -> 5.4 G codes/s; one group on: 4.6).
+          // The rows two groups on, prefetched as these are read (two groups on beat one:
+          // docs/PERFORMANCE.md, "Measurements behind the code's comments").
           Fp8Operand b = fp8_operand(w, t.col0 + j, k0);
           if (i == 0 && j + 2 * kDotCols < t.cols) b.ahead = b.codes + 2 * kDotCols * w.ld;
           mk.dot_tile_fp8(mr, nr, kc, xp + i * ldx, ldx, b, c + i * ldc + j, ldc);
