@@ -30,11 +30,9 @@ constexpr TileShape kDgradTile = kOuterTile;
 constexpr TileShape kDgradDirectTile = {
     .rows = kDirectMaxRows, .cols = 8192, .row_align = 1, .col_align = kOuterCols};
 // wgrad: 1024 columns, so that each gradient row goes out in long runs and x's rows are packed
-// once per 1024 columns; a depth of a few rows (WgradPath::kDirect) keeps 256, as its groups of
-// gradient rows formed in L1 would fill it (docs/PERFORMANCE.md, "Wider wgrad tiles").
+// once per 1024 columns (docs/PERFORMANCE.md, "Wider wgrad tiles").
 constexpr TileShape kWgradTile = {
     .rows = 384, .cols = 1024, .row_align = kOuterRows, .col_align = kOuterCols};
-constexpr TileShape kWgradDirectTile = kOuterTile;
 // bgrad: whole rows of dy (contiguous, so they stream); splitting columns between threads
 // measured 2-3x slower (partial rows defeat the prefetchers). Rows are summed in order, so one
 // expert's sums stay on one thread.
@@ -206,10 +204,7 @@ void grouped_wgrad(const Tensor& x, const Tensor& dy, std::span<const int64_t> m
     const bool empty = m_splits[e] == 0;
     const int64_t rows = accumulate && empty ? 0 : dy.dim(1);
     const TileShape zero_tile = {.rows = kZeroTileRows, .cols = std::max<int64_t>(1, x.dim(1))};
-    const bool direct = wgrad_path(m_splits[e], x.dtype(), dy.dtype(),
-                                   SetCaps::of(micro_kernels())) == WgradPath::kDirect;
-    blocks.push_back({0, rows, x.dim(1), m_splits[e], 0.0,
-                      empty ? zero_tile : (direct ? kWgradDirectTile : kWgradTile)});
+    blocks.push_back({0, rows, x.dim(1), m_splits[e], 0.0, empty ? zero_tile : kWgradTile});
   }
   const TilePlan plan = plan_tiles(blocks);
   run_plan(plan, scratch_floats(plan),

@@ -13,8 +13,9 @@ namespace {
 
 // Prefetch distance of the unpacked dgrad: kDirectChunk weight rows.
 constexpr int64_t kDirectChunk = 16;
-// Rows of the unpacked wgrad formed per fma_rows call (8 rows of 384 floats: 12 KiB, in L1).
-constexpr int64_t kDirectRowGroup = 8;
+// Rows of the unpacked wgrad formed per fma_rows call (4 rows of a tile's 1024 floats: 16 KiB,
+// in L1; 8 rows fill it: docs/PERFORMANCE.md, "Wider wgrad tiles").
+constexpr int64_t kDirectRowGroup = 4;
 
 Region dgrad_first(const DgradArgs& args, const Tile* t) {
   if (t == nullptr) return {};
