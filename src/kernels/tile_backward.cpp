@@ -232,7 +232,8 @@ void dgrad_outer(const DgradArgs& args, const MatrixRef& w, const Tile& t, const
         return BBlock{b, kOuterCols};
       },
       [&](int64_t p0, int64_t kc) { return region_of(w, p0, kc, t.col0, t.cols); },
-      dgrad_first(args, next));
+      dgrad_first(args, next),
+      in_place ? dgrad_in_place_depth(t.rows, w.dtype == DType::F32) : kOuterDepth);
   store_rows(acc, t, args.dx, t.row0, t.col0);
 }
 

@@ -73,6 +73,17 @@ inline int64_t forward_dot_tail_start(int64_t rows) {
 // weight, packing costs more than it saves.
 inline constexpr int64_t kInPlaceMaxRows = 64;
 inline constexpr int64_t kInPlaceMaxRowsBf16 = 96;
+// F32 weights read in place by dgrad tiles of at most kShortInPlaceMaxRows rows go by depth
+// blocks of kShortInPlaceDepth instead of kOuterDepth: a block's weight rows lie a whole weight
+// row apart, so 256 of them and the next block's, prefetched meanwhile, crowd the same cache
+// sets; few rows per tile lose little reuse by halving the block, more rows lose more
+// (docs/PERFORMANCE.md, "Shorter dgrad depth blocks"). The same chains either way: depth blocks
+// only split where the sums are stored.
+inline constexpr int64_t kShortInPlaceMaxRows = 32;
+inline constexpr int64_t kShortInPlaceDepth = 128;
+inline int64_t dgrad_in_place_depth(int64_t tile_rows, bool f32_weights) {
+  return f32_weights && tile_rows <= kShortInPlaceMaxRows ? kShortInPlaceDepth : kOuterDepth;
+}
 // dgrad tiles of at most kDirectMaxRows rows and wgrad tiles of depth at most kDirectMaxDepth
 // skip packing and run fma_rows straight from the operands (same bits as the packed path); at 8
 // rows, 8 rows of dx a 4 KiB stride apart alias in L1 and packing wins again.

@@ -4,7 +4,7 @@
 // and pair_product (BF16 pairs on the AVX512-BF16 and AMX sets).
 //
 //   const Scratch s = split_scratch(tile, scratch);
-//   outer_product(rows, cols, depth, c, ldc, s, pack_a, b_block, b_source, next_first);
+//   outer_product(rows, cols, depth, c, ldc, s, pack_a, b_block, b_source, next_first[, kc]);
 #pragma once
 
 #include <algorithm>
@@ -146,21 +146,22 @@ void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const 
                  int64_t ldc, bool accumulate, Prefetcher& prefetch);
 
 // The outer-product path shared by forward, dgrad and wgrad: c[rows x cols] = A · B over
-// `depth`, in blocks of kOuterDepth; each block gets B once (b_block(p0, kc, scratch): packed
-// there, or read in place) and packs A in pieces of kOuterBlockRows rows, one row panel at a time
-// (pack_a(i0, rows, p0, kc, a), rows <= kOuterRows), while prefetching what the next block's B will
-// read (b_source(p0, kc)). During the last block it prefetches `after`, the next tile's first
-// block.
+// `depth`, in blocks of `depth_block` (at most kOuterDepth); each block gets B once (b_block(p0,
+// kc, scratch): packed there, or read in place) and packs A in pieces of kOuterBlockRows rows, one
+// row panel at a time (pack_a(i0, rows, p0, kc, a), rows <= kOuterRows), while prefetching what the
+// next block's B will read (b_source(p0, kc)). During the last block it prefetches `after`, the
+// next tile's first block.
 template <class PackA, class BlockB, class SourceB>
 void outer_product(int64_t rows, int64_t cols, int64_t depth, float* c, int64_t ldc,
                    const Scratch& s, const PackA& pack_a, const BlockB& b_block,
-                   const SourceB& b_source, const Region& after) {
+                   const SourceB& b_source, const Region& after,
+                   int64_t depth_block = kOuterDepth) {
   const int64_t calls =
       ((rows + kOuterRows - 1) / kOuterRows) * ((cols + kOuterCols - 1) / kOuterCols);
-  for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
-    const int64_t kc = std::min(kOuterDepth, depth - p0);
+  for (int64_t p0 = 0; p0 < depth; p0 += depth_block) {
+    const int64_t kc = std::min(depth_block, depth - p0);
     const int64_t next = p0 + kc;
-    Prefetcher prefetch(next < depth ? b_source(next, std::min(kOuterDepth, depth - next)) : after,
+    Prefetcher prefetch(next < depth ? b_source(next, std::min(depth_block, depth - next)) : after,
                         calls);
     const BBlock b = b_block(p0, kc, s.b);
     for (int64_t i0 = 0; i0 < rows; i0 += kOuterBlockRows) {

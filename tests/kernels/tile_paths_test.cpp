@@ -52,6 +52,15 @@ TEST(TilePaths, ForwardOfBf16OperandsOnPairKernels) {
   EXPECT_EQ(forward_path(kDotMaxRowsBf16 + 1, kBf16, kBf16, kAmx), ForwardPath::kPairTiles);
 }
 
+TEST(TilePaths, DgradInPlaceDepthBlocksByTileRows) {
+  // F32 weights read in place: short tiles take the shorter depth blocks, taller ones and other
+  // weight dtypes (widened or decoded) kOuterDepth.
+  EXPECT_EQ(dgrad_in_place_depth(1, true), kShortInPlaceDepth);
+  EXPECT_EQ(dgrad_in_place_depth(kShortInPlaceMaxRows, true), kShortInPlaceDepth);
+  EXPECT_EQ(dgrad_in_place_depth(kShortInPlaceMaxRows + 1, true), kOuterDepth);
+  EXPECT_EQ(dgrad_in_place_depth(1, false), kOuterDepth);
+}
+
 TEST(TilePaths, ForwardOfFp8Weights) {
   EXPECT_EQ(forward_path(1, kBf16, kFp8, kBf16Fp8Pairs), ForwardPath::kFp8PairDots);
   EXPECT_EQ(forward_path(kFp8DotMaxRows, kBf16, kFp8, kBf16Fp8Pairs), ForwardPath::kFp8PairDots);
