@@ -241,6 +241,11 @@ struct MicroKernels {
   // the ragged ends): for outputs written once and not read back soon. The caller fences.
   void (*stream_bf16)(const float* src, uint16_t* dst, int64_t n);
 
+  // dst[i] = src[i], i < n, with non-temporal stores where dst is aligned to the set's vector
+  // width (plain stores at the ragged ends, and throughout off x86-64): F32 outputs written once
+  // and not read back soon (weight gradients). The caller fences.
+  void (*stream_f32)(const float* src, float* dst, int64_t n);
+
   // dst[i] = the F32 value of the F8_E4M3 code src[i] times `scale`, one F32 multiply (the
   // dequantizing rule), i < n. How FP8 weights reach every kernel (packing.hpp decodes them a
   // tile at a time where a set has no fused FP8 kernel).

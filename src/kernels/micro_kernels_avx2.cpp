@@ -277,6 +277,13 @@ GROUPLIN_AVX2 void stream_bf16_avx2(const float* src, uint16_t* dst, int64_t n) 
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
+GROUPLIN_AVX2 void stream_f32_avx2(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % 32 != 0; ++i) dst[i] = src[i];
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
 // 8 values from element (row, p) on of a row-major F32 or BF16 matrix, as F32.
 GROUPLIN_AVX2 inline __m256 load8(const void* src, bool bf16, int64_t at) {
   if (bf16) {
@@ -487,6 +494,7 @@ constexpr MicroKernels kAvx2 = {.f32 = kProducts<false>,
                                 .widen_bf16 = widen_bf16_avx2,
                                 .narrow_bf16 = narrow_bf16_avx2,
                                 .stream_bf16 = stream_bf16_avx2,
+                                .stream_f32 = stream_f32_avx2,
                                 .decode_e4m3 = decode_e4m3_avx2,
                                 .name = "avx2+fma"};
 

@@ -240,6 +240,15 @@ GROUPLIN_AVX512 void fma_rows_avx512(int64_t rows, int64_t depth, const float* a
   }
 }
 
+// Whole 64-byte lines per store: a quarter of the baseline's stores for the same gradient rows
+// (docs/PERFORMANCE.md, "Wider wgrad tiles").
+GROUPLIN_AVX512 void stream_f32_avx512(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % 64 != 0; ++i) dst[i] = src[i];
+  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
 // The arithmetic the wider registers speed up; the dot tiles (memory-bound) stay the AVX2 set's.
 template <bool kBf16>
 void add_products(F32Products& products) {
@@ -255,6 +264,7 @@ void add_avx512(MicroKernels& set) {
   add_products<true>(set.bf16);
   set.max_strips = kMaxStrips;
   set.fma_rows_fp8 = fma_rows_fp8_avx512;
+  set.stream_f32 = stream_f32_avx512;
   set.name = "avx512f";
 }
 

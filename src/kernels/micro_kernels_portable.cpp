@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "grouplin/dtype.hpp"
 #include "kernels/micro_kernels.hpp"
@@ -140,6 +144,19 @@ void stream_bf16_portable(const float* src, uint16_t* dst, int64_t n) {
   narrow_bf16_portable(src, dst, n);
 }
 
+// 16-byte non-temporal stores where dst is aligned (SSE2, which every x86-64 CPU has).
+void stream_f32_portable(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % 16 != 0; ++i) dst[i] = src[i];
+  for (; i + 4 <= n; i += 4) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
 void decode_e4m3_portable(const uint8_t* src, float scale, float* dst, int64_t n) {
   static const auto table = [] {
     std::array<float, 256> t{};
@@ -176,6 +193,7 @@ constexpr MicroKernels kPortable = {.f32 = kProducts<false>,
                                     .widen_bf16 = widen_bf16_portable,
                                     .narrow_bf16 = narrow_bf16_portable,
                                     .stream_bf16 = stream_bf16_portable,
+                                    .stream_f32 = stream_f32_portable,
                                     .decode_e4m3 = decode_e4m3_portable,
                                     .name = "portable"};
 

@@ -59,33 +59,9 @@ void store_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
   std::memset(element(m, r, c), 0, static_cast<size_t>(n) * dtype_size(m.dtype));
 }
 
-namespace {
-
-// Copies `bytes` bytes with 16-byte non-temporal stores where dst is aligned, plain stores at
-// the ragged ends (x86-64; plain stores throughout elsewhere).
-void stream_bytes(const std::byte* src, std::byte* dst, size_t bytes) {
-#if defined(__x86_64__)
-  size_t i = 0;
-  while (i < bytes && (reinterpret_cast<uintptr_t>(dst + i) % 16) != 0) {
-    dst[i] = src[i];
-    ++i;
-  }
-  for (; i + 16 <= bytes; i += 16) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-  }
-  if (i < bytes) std::memcpy(dst + i, src + i, bytes - i);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
-
-}  // namespace
-
 void stream_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
   if (m.dtype == DType::F32) {
-    stream_bytes(reinterpret_cast<const std::byte*>(src), element(m, r, c),
-                 static_cast<size_t>(n) * sizeof(float));
+    micro_kernels().stream_f32(src, reinterpret_cast<float*>(element(m, r, c)), n);
     return;
   }
   micro_kernels().stream_bf16(src, reinterpret_cast<uint16_t*>(element(m, r, c)), n);
