@@ -135,20 +135,23 @@ TEST_F(MicroKernelsTest, StreamBf16EqualsNarrow) {
   }
 }
 
-// stream_f32 copies exactly, wherever dst starts and whatever the length, and nothing past n.
+// stream_f32 copies exactly, wherever dst starts and whatever the length, and nothing past n:
+// the CPU's set, the portable one and, where the CPU has it, the AVX2 set.
 TEST_F(MicroKernelsTest, StreamF32Copies) {
   const std::vector<float> v = random_floats(200, 23);
-  for (int64_t offset : {0, 1, 7, 8, 16}) {
-    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 100, 183}) {
-      alignas(64) float want[256], got[256], ported[256];
-      std::fill(std::begin(want), std::end(want), -3.0f);
-      std::fill(std::begin(got), std::end(got), -3.0f);
-      std::fill(std::begin(ported), std::end(ported), -3.0f);
-      std::copy_n(v.data(), n, want + offset);
-      micro_kernels().stream_f32(v.data(), got + offset, n);
-      portable().stream_f32(v.data(), ported + offset, n);
-      EXPECT_EQ(std::memcmp(want, got, sizeof want), 0) << "offset " << offset << " n " << n;
-      EXPECT_EQ(std::memcmp(want, ported, sizeof want), 0) << "offset " << offset << " n " << n;
+  std::vector<const MicroKernels*> sets = {&micro_kernels(), &portable()};
+  if (avx2_kernels() != nullptr) sets.push_back(avx2_kernels());
+  for (const MicroKernels* set : sets) {
+    for (int64_t offset : {0, 1, 7, 8, 16}) {
+      for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 100, 183}) {
+        alignas(64) float want[256], got[256];
+        std::fill(std::begin(want), std::end(want), -3.0f);
+        std::fill(std::begin(got), std::end(got), -3.0f);
+        std::copy_n(v.data(), n, want + offset);
+        set->stream_f32(v.data(), got + offset, n);
+        EXPECT_EQ(std::memcmp(want, got, sizeof want), 0)
+            << set->name << " offset " << offset << " n " << n;
+      }
     }
   }
 }
