@@ -81,6 +81,7 @@ inline constexpr int64_t kInPlaceMaxRowsBf16 = 96;
 // only split where the sums are stored.
 inline constexpr int64_t kShortInPlaceMaxRows = 32;
 inline constexpr int64_t kShortInPlaceDepth = 128;
+static_assert(kShortInPlaceDepth <= kOuterDepth);  // outer_product's scratch holds kOuterDepth
 inline int64_t dgrad_in_place_depth(int64_t tile_rows, bool f32_weights) {
   return f32_weights && tile_rows <= kShortInPlaceMaxRows ? kShortInPlaceDepth : kOuterDepth;
 }
