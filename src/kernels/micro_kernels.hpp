@@ -16,6 +16,7 @@
 // process (force_kernels switches, for tests).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/fp8.hpp"
@@ -245,6 +246,11 @@ struct MicroKernels {
   // width (plain stores at the ragged ends, and throughout off x86-64): F32 outputs written once
   // and not read back soon (weight gradients). The caller fences.
   void (*stream_f32)(const float* src, float* dst, int64_t n);
+
+  // dst[i] = 0, i < bytes, with non-temporal stores of the set's vector width where dst is
+  // aligned to it (plain stores at the ragged ends, and throughout off x86-64): the weight
+  // gradients of experts without rows. The caller fences.
+  void (*stream_zeros)(std::byte* dst, int64_t bytes);
 
   // dst[i] = the F32 value of the F8_E4M3 code src[i] times `scale`, one F32 multiply (the
   // dequantizing rule), i < n. How FP8 weights reach every kernel (packing.hpp decodes them a

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "grouplin/dtype.hpp"
 #include "kernels/micro_kernels.hpp"
@@ -284,6 +285,15 @@ GROUPLIN_AVX2 void stream_f32_avx2(const float* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = src[i];
 }
 
+GROUPLIN_AVX2 void stream_zeros_avx2(std::byte* dst, int64_t bytes) {
+  int64_t i = 0;
+  for (; i < bytes && reinterpret_cast<uintptr_t>(dst + i) % 32 != 0; ++i) dst[i] = std::byte{0};
+  for (; i + 32 <= bytes; i += 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_setzero_si256());
+  }
+  std::memset(dst + i, 0, static_cast<size_t>(bytes - i));
+}
+
 // 8 values from element (row, p) on of a row-major F32 or BF16 matrix, as F32.
 GROUPLIN_AVX2 inline __m256 load8(const void* src, bool bf16, int64_t at) {
   if (bf16) {
@@ -495,6 +505,7 @@ constexpr MicroKernels kAvx2 = {.f32 = kProducts<false>,
                                 .narrow_bf16 = narrow_bf16_avx2,
                                 .stream_bf16 = stream_bf16_avx2,
                                 .stream_f32 = stream_f32_avx2,
+                                .stream_zeros = stream_zeros_avx2,
                                 .decode_e4m3 = decode_e4m3_avx2,
                                 .name = "avx2+fma"};
 

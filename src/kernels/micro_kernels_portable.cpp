@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -157,6 +158,18 @@ void stream_f32_portable(const float* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = src[i];
 }
 
+// 16-byte non-temporal stores where dst is aligned, as stream_f32_portable.
+void stream_zeros_portable(std::byte* dst, int64_t bytes) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  for (; i < bytes && reinterpret_cast<uintptr_t>(dst + i) % 16 != 0; ++i) dst[i] = std::byte{0};
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_setzero_si128());
+  }
+#endif
+  std::memset(dst + i, 0, static_cast<size_t>(bytes - i));
+}
+
 void decode_e4m3_portable(const uint8_t* src, float scale, float* dst, int64_t n) {
   static const auto table = [] {
     std::array<float, 256> t{};
@@ -194,6 +207,7 @@ constexpr MicroKernels kPortable = {.f32 = kProducts<false>,
                                     .narrow_bf16 = narrow_bf16_portable,
                                     .stream_bf16 = stream_bf16_portable,
                                     .stream_f32 = stream_f32_portable,
+                                    .stream_zeros = stream_zeros_portable,
                                     .decode_e4m3 = decode_e4m3_portable,
                                     .name = "portable"};
 

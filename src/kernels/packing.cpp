@@ -68,17 +68,7 @@ void stream_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t 
 }
 
 void stream_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c) {
-  std::byte* dst = element(m, r, c);
-  const size_t bytes = static_cast<size_t>(n) * dtype_size(m.dtype);
-#if defined(__x86_64__)
-  size_t i = 0;
-  while (i < bytes && (reinterpret_cast<uintptr_t>(dst + i) % 16) != 0) dst[i++] = std::byte{0};
-  const __m128i zero = _mm_setzero_si128();
-  for (; i + 16 <= bytes; i += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), zero);
-  if (i < bytes) std::memset(dst + i, 0, bytes - i);
-#else
-  std::memset(dst, 0, bytes);
-#endif
+  micro_kernels().stream_zeros(element(m, r, c), n * static_cast<int64_t>(dtype_size(m.dtype)));
 }
 
 // Off x86-64 the stores above are plain ones, which the thread pool's release/acquire hand-over

@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -151,6 +152,26 @@ TEST_F(MicroKernelsTest, StreamF32Copies) {
         set->stream_f32(v.data(), got + offset, n);
         EXPECT_EQ(std::memcmp(want, got, sizeof want), 0)
             << set->name << " offset " << offset << " n " << n;
+      }
+    }
+  }
+}
+
+// stream_zeros clears exactly the bytes asked for, wherever dst starts (odd byte offsets too: BF16
+// gradients) and whatever the length: every set the CPU has.
+TEST_F(MicroKernelsTest, StreamZerosClears) {
+  std::vector<const MicroKernels*> sets = {&micro_kernels(), &portable()};
+  if (avx2_kernels() != nullptr) sets.push_back(avx2_kernels());
+  for (const MicroKernels* set : sets) {
+    for (int64_t offset : {0, 1, 2, 15, 16, 33, 64}) {
+      for (int64_t bytes : {0, 1, 2, 15, 16, 31, 32, 63, 64, 65, 130, 400}) {
+        alignas(64) std::byte want[512], got[512];
+        std::memset(want, 0xA5, sizeof want);
+        std::memset(got, 0xA5, sizeof got);
+        std::memset(want + offset, 0, static_cast<size_t>(bytes));
+        set->stream_zeros(got + offset, bytes);
+        EXPECT_EQ(std::memcmp(want, got, sizeof want), 0)
+            << set->name << " offset " << offset << " bytes " << bytes;
       }
     }
   }

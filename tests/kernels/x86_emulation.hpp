@@ -88,6 +88,7 @@ inline __m512 emulated_dpbf16_ps(__m512 acc, __m512i a, __m512i b) {
 
 // SIMDe has no non-temporal 512-bit store; in memory it is a plain one.
 #define _mm512_stream_ps(p, a) _mm512_storeu_ps(p, a)
+#define _mm512_stream_si512(p, a) _mm512_storeu_si512(p, a)
 #define _mm512_maskz_loadu_ps(k, p) grouplin::kernels::emulated::emulated_maskz_loadu_ps(k, p)
 #define _mm512_mask_storeu_ps(p, k, a) grouplin::kernels::emulated::emulated_mask_storeu_ps(p, k, a)
 #define _mm512_maskz_cvtepu16_epi32(k, a) \
