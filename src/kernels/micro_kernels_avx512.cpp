@@ -250,8 +250,8 @@ GROUPLIN_AVX512 void stream_f32_avx512(const float* src, float* dst, int64_t n) 
   for (; i < n; ++i) dst[i] = src[i];
 }
 
-// Whole 64-byte lines of zeros per store: the portable set's 16-byte stores zeroed at 0.45-0.88x
-// this rate (docs/PERFORMANCE.md, "Zeroing the gradients of experts without rows").
+// Whole 64-byte lines of zeros per store, which the VM measured faster than the portable set's
+// 16-byte stores (docs/PERFORMANCE.md, "Zeroing the gradients of experts without rows").
 GROUPLIN_AVX512 void stream_zeros_avx512(std::byte* dst, int64_t bytes) {
   int64_t i = 0;
   for (; i < bytes && reinterpret_cast<uintptr_t>(dst + i) % 64 != 0; ++i) dst[i] = std::byte{0};
