@@ -64,7 +64,8 @@ CpuFeatures detect_cpu() {
   __get_cpuid_count(7, 1, &a71, &unused, &unused, &unused);
   f.avx2_fma = ymm && fma && ((b7 >> 5) & 1);
   f.avx512f = f.avx2_fma && zmm && ((b7 >> 16) & 1);
-  f.avx512bf16 = f.avx512f && ((b7 >> 30) & 1) && ((a71 >> 5) & 1);  // and AVX512BW
+  // AVX512-BF16 with AVX512BW (bit 30) and AVX512VL (bit 31), which its kernels use.
+  f.avx512bf16 = f.avx512f && ((b7 >> 30) & 1) && ((b7 >> 31) & 1) && ((a71 >> 5) & 1);
   f.avx512vbmi = f.avx512f && ((c7 >> 1) & 1);
   f.zmm_halves = f.avx512f && f.amd && family == 25;
   const bool amx_cpu = ((d7 >> 22) & 1) && ((d7 >> 24) & 1);  // AMX-BF16, AMX-TILE

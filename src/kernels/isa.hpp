@@ -20,7 +20,7 @@ enum class Isa { Portable, Avx2, Avx512, Avx512Bf16, Amx };
 struct CpuFeatures {
   bool avx2_fma = false;     // AVX2 and FMA, YMM state enabled
   bool avx512f = false;      // AVX-512 F, ZMM and opmask state enabled
-  bool avx512bf16 = false;   // AVX512_BF16 (vdpbf16ps) and AVX512BW (word unpacks)
+  bool avx512bf16 = false;   // AVX512_BF16 (vdpbf16ps), AVX512BW (word unpacks), AVX512VL (ymm)
   bool avx512vbmi = false;   // AVX512_VBMI (vpermi2b: FP8 codes to BF16 by table)
   bool amx_bf16 = false;     // AMX-BF16 and AMX-TILE, tile state enabled and granted
   bool amx_refused = false;  // the CPU has AMX but the OS refused the tile state

@@ -123,6 +123,12 @@ struct MicroKernels {
   // of 16 * strips floats.
   void (*pair_tile)(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                     const uint32_t* b, int64_t b_strip, float* c, int64_t ldc, bool accumulate);
+  // pair_tile whose last strip computes only its first 8 columns, at half the cost (256-bit
+  // vdpbf16ps); that strip's other 8 columns of c are neither read nor written. The same chains,
+  // so the same bits. Null where the set has none (AMX).
+  void (*pair_tile_half)(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
+                         const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
+                         bool accumulate);
   // c[i * ldc + j] = the sum over p < kc of a[i * lda + p] * w[j * ldw + p], i < mr, j < nr (a
   // few rows of x against rows of the weights, both BF16 and read along the depth as they lie:
   // forward of experts of a few rows, whose products cannot pay for packing anything). Each sum

@@ -192,6 +192,7 @@ void add_amx(MicroKernels& set) {
   set.fma_rows_fp8_pairs = nullptr;
   set.fma_rows_pairs = nullptr;  // dgrad of a few rows stays on pair tiles: not measured on AMX
   set.pair_tile_scaled = nullptr;
+  set.pair_tile_half = nullptr;  // its pair_tile sums in its own order
   set.decode_fp8_bf16 = nullptr;
   set.pair_release = release_tiles;
   set.pair_rows = 2 * kTileRows;

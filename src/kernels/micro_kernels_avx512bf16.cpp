@@ -8,10 +8,12 @@
 // with 1-6 rows, reads x's and the weights' rows along the depth, as they lie, one weight row at
 // a time (one memory stream), and sums each element in four chains of 16 lanes: one load and one
 // vdpbf16ps per 32 weights (docs/PERFORMANCE.md, "The kernels' constants": kPairDotMaxRows).
-// pair_tile_scaled is pair_tile with each 128-deep block's sums scaled once (FP8 weights decoded
-// into pair panels). fma_rows_pairs, for dgrad of experts with 3-64 rows, reads the weights along
-// their rows and interleaves two of them into pairs in registers (AVX512BW word unpacks) instead
-// of packing pair panels for so few rows of dy. The FP8 kernels proper are in
+// pair_tile_half is pair_tile whose last strip sums only its first 8 columns by the 256-bit
+// vdpbf16ps (AVX512VL), at half the cost: a last strip of 1-8 rows of x or columns, the same
+// chains. pair_tile_scaled is pair_tile with each 128-deep block's sums scaled once (FP8 weights
+// decoded into pair panels). fma_rows_pairs, for dgrad of experts with 3-64 rows, reads the weights
+// along their rows and interleaves two of them into pairs in registers (AVX512BW word unpacks)
+// instead of packing pair panels for so few rows of dy. The FP8 kernels proper are in
 // micro_kernels_avx512bf16_fp8.cpp.
 //
 // Each element's sum of pair_tile and of fma_rows_pairs is one chain of vdpbf16ps over the pair
@@ -106,6 +108,78 @@ void pair_tile_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int
                              : strips == 2 ? kByRows<2>
                              : strips == 3 ? kByRows<3>
                                            : kByRows<4>;
+  by_rows[mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
+}
+
+// pair_row with NS - 1 whole strips and a last one of 8 columns, summed in `half` (256 bits). The
+// low half of A's broadcast is a cast, which GCC 12 reports as uninitialized (as
+// sum_pair_lanes says): silenced here only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <int MR, int NS>
+GROUPLIN_AVX512BF16 inline void pair_row_half(const uint16_t* a, int64_t lda, const uint32_t* b,
+                                              int64_t b_strip, bool odd_last, __m512 (&acc)[MR][NS],
+                                              __m256 (&half)[MR]) {
+  __m512i bv[NS];
+#pragma GCC unroll 4
+  for (int s = 0; s + 1 < NS; ++s) bv[s] = _mm512_loadu_si512(b + s * b_strip);
+  const __m256i bh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (NS - 1) * b_strip));
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    const __m512i av = broadcast_pair(a + i * lda, 0, odd_last);
+#pragma GCC unroll 4
+    for (int s = 0; s + 1 < NS; ++s) acc[i][s] = dot_pairs(acc[i][s], av, bv[s]);
+    half[i] = dot_pairs_half(half[i], _mm512_castsi512_si256(av), bh);
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// pair_fixed whose last strip sums its first 8 columns only (pair_tile_half): the same chains.
+// acc's last strip is unused (sized NS so that NS = 1 needs no special case).
+template <int MR, int NS>
+GROUPLIN_AVX512BF16 void pair_half_fixed(int64_t kc, const uint16_t* a, int64_t lda,
+                                         const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
+                                         bool accumulate) {
+  __m512 acc[MR][NS];
+  __m256 half[MR];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s + 1 < NS; ++s)
+      acc[i][s] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * s) : _mm512_setzero_ps();
+    half[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 16 * (NS - 1)) : _mm256_setzero_ps();
+  }
+  const int64_t whole = kc / 2;
+  for (int64_t q = 0; q < whole; ++q) {
+    pair_row_half<MR, NS>(a + 2 * q, lda, b + q * 16, b_strip, false, acc, half);
+  }
+  if (2 * whole < kc)
+    pair_row_half<MR, NS>(a + 2 * whole, lda, b + whole * 16, b_strip, true, acc, half);
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int s = 0; s + 1 < NS; ++s) _mm512_storeu_ps(c + i * ldc + 16 * s, acc[i][s]);
+    _mm256_storeu_ps(c + i * ldc + 16 * (NS - 1), half[i]);
+  }
+}
+
+template <int NS>
+constexpr PairFixed kHalfByRows[kOuterRows] = {pair_half_fixed<1, NS>, pair_half_fixed<2, NS>,
+                                               pair_half_fixed<3, NS>, pair_half_fixed<4, NS>,
+                                               pair_half_fixed<5, NS>, pair_half_fixed<6, NS>};
+
+void pair_tile_half_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
+                               const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
+                               bool accumulate) {
+  const PairFixed* by_rows = strips == 1   ? kHalfByRows<1>
+                             : strips == 2 ? kHalfByRows<2>
+                             : strips == 3 ? kHalfByRows<3>
+                                           : kHalfByRows<4>;
   by_rows[mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
 }
 
@@ -413,6 +487,7 @@ void fma_rows_pairs_avx512bf16(int rows, int64_t depth, const uint16_t* a, int64
 void add_avx512bf16(MicroKernels& set) {
   set.fma_rows_pairs = fma_rows_pairs_avx512bf16;
   set.pair_tile = pair_tile_avx512bf16;
+  set.pair_tile_half = pair_tile_half_avx512bf16;
   set.pair_tile_scaled = pair_tile_scaled_avx512bf16;
   set.dot_tile_pairs = dot_tile_pairs_avx512bf16;
   set.pair_rows = kOuterRows;

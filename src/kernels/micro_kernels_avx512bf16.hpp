@@ -12,17 +12,24 @@
 #include "kernels/micro_kernels.hpp"
 #include "kernels/x86_intrinsics.hpp"
 
-#define GROUPLIN_AVX512BF16 GROUPLIN_TARGET("avx512bf16,avx512bw,avx512f,avx2,fma")
+#define GROUPLIN_AVX512BF16 GROUPLIN_TARGET("avx512bf16,avx512vl,avx512bw,avx512f,avx2,fma")
 
 namespace grouplin::kernels::GROUPLIN_X86_NS {
 
+// The vdpbf16ps step on 16 lanes (dot_pairs) and on 8 (dot_pairs_half: the same per-lane sums).
 #if defined(GROUPLIN_X86_EMULATED)
 GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
   return emulated_dpbf16_ps(acc, a, b);
 }
+GROUPLIN_AVX512BF16 inline __m256 dot_pairs_half(__m256 acc, __m256i a, __m256i b) {
+  return emulated_dpbf16_ps256(acc, a, b);
+}
 #else
 GROUPLIN_AVX512BF16 inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+GROUPLIN_AVX512BF16 inline __m256 dot_pairs_half(__m256 acc, __m256i a, __m256i b) {
+  return _mm256_dpbf16_ps(acc, (__m256bh)a, (__m256bh)b);
 }
 #endif
 

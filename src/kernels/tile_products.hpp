@@ -217,7 +217,9 @@ static_assert(kOuterDepth % kFp8Block == 0);
 // A from a_block(p0, kc) (a PairA whose rows cover depths [p0, p0 + kc)), B from
 // pair_b(p0, kc, c0, ncols, scratch) (a PairB for depths [p0, p0 + kc) and the tile's columns
 // [c0, c0 + ncols), packed into `scratch` or pointing elsewhere). Whole 16-column strips are
-// computed (the panels are zero-padded), which the scratch's padded rows have room for.
+// computed (the panels are zero-padded), which the scratch's padded rows have room for, but for
+// a last strip of at most 8 columns on a set with pair_tile_half: only its first 8 columns (the
+// rest of c's padding is then neither read nor written).
 // - Sets with pair_block (AMX): per group of pair_strips strips, B packed for the whole depth
 //   (a_in_place) or blocks of kPairScratchDepth (A formed in scratch) once, then every row of the
 //   tile in one call that keeps its sums in the matrix engine from the first depth of the block
@@ -256,6 +258,9 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
   // Row groups of nearly equal heights (RowPanels): a last group of 1-2 rows costs nearly as
   // much as a full one.
   const RowPanels panels_of_rows(rows);
+  // A last strip of at most 8 columns is summed at half width (pair_tile_half: the same chains).
+  const bool half_last =
+      mk.pair_tile_half != nullptr && cols - (strips - 1) * kOuterCols <= kOuterCols / 2;
   const int64_t calls = (strips + mk.pair_strips - 1) / mk.pair_strips * panels_of_rows.count;
   for (int64_t p0 = 0; p0 < depth; p0 += kOuterDepth) {
     const int64_t kc = std::min(kOuterDepth, depth - p0);
@@ -276,6 +281,9 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
           mk.pair_tile_scaled(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
                               scales.table + (scales.per_row ? i : j * kOuterCols), scales.ld,
                               scales.per_row, c + i * ldc + j * kOuterCols, ldc, p0 > 0);
+        } else if (half_last && j + ns == strips) {
+          mk.pair_tile_half(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
+                            c + i * ldc + j * kOuterCols, ldc, p0 > 0);
         } else {
           mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
                        c + i * ldc + j * kOuterCols, ldc, p0 > 0);

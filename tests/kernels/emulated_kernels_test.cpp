@@ -227,7 +227,8 @@ TEST_P(KernelSetTest, DotTilePairsFollowsItsLaneChainsAndWritesOnlyItsTile) {
 // pair_tile on A read in place (its row gaps hold NaN, which must never be read) and B packed by
 // pack_pairs_transposed, for every row and strip count the set takes and ragged depths: emulated,
 // the model's bits; native, within the F32 tolerance of the exact sum. Nothing outside the rows
-// and strips of the call is written.
+// and strips of the call is written. pair_tile_half, where the set has it, likewise with its last
+// strip's first 8 columns only, each the bits of pair_tile's.
 TEST_P(KernelSetTest, PairTileFollowsItsChainAndWritesOnlyItsTile) {
   if (!has_pairs()) {
     EXPECT_EQ(set_->pair_rows, 0);
@@ -247,33 +248,42 @@ TEST_P(KernelSetTest, PairTileFollowsItsChainAndWritesOnlyItsTile) {
                                    0, kc, 0, cols, panels.data());
     for (int mr : {1, 5, set_->pair_rows / 2 + 1, set_->pair_rows}) {
       for (int strips = 1; strips <= set_->pair_strips; ++strips) {
-        const int64_t ldc = cols + 3;
-        std::vector<float> c(static_cast<size_t>((set_->pair_rows + 1) * ldc), 7.0f);
-        set_->pair_tile(mr, strips, kc, a.data(), lda, panels.data(),
-                        kernels::pair_panel_dwords(kc), c.data(), ldc, false);
-        for (int64_t i = 0; i <= set_->pair_rows; ++i) {
-          for (int64_t j = 0; j < ldc; ++j) {
-            const float got = c[i * ldc + j];
-            if (i >= mr || j >= 16 * strips) {
-              ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j;
-              continue;
-            }
-            const float want =
-                model_pairs(GetParam().level, a.data() + i * lda, 1, w.data() + j * kc, 1, kc);
-            if (!GetParam().native) {
-              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
-                  << "kc " << kc << " mr " << mr << " strips " << strips << " at " << i << "," << j
-                  << ": " << got << " vs " << want;
-            } else {
-              double exact = 0, scale = 0;
-              for (int64_t p = 0; p < kc; ++p) {
-                const double t =
-                    static_cast<double>(bf16_to_f32(a[i * lda + p])) * bf16_to_f32(w[j * kc + p]);
-                exact += t;
-                scale += std::abs(t);
+        for (bool half : {false, true}) {
+          if (half && set_->pair_tile_half == nullptr) continue;
+          const int64_t ldc = cols + 3, width = 16 * strips - (half ? 8 : 0);
+          std::vector<float> c(static_cast<size_t>((set_->pair_rows + 1) * ldc), 7.0f), whole = c;
+          (half ? set_->pair_tile_half : set_->pair_tile)(
+              mr, strips, kc, a.data(), lda, panels.data(), kernels::pair_panel_dwords(kc),
+              c.data(), ldc, false);
+          set_->pair_tile(mr, strips, kc, a.data(), lda, panels.data(),
+                          kernels::pair_panel_dwords(kc), whole.data(), ldc, false);
+          for (int64_t i = 0; i <= set_->pair_rows; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              const float got = c[i * ldc + j];
+              if (i >= mr || j >= width) {
+                ASSERT_EQ(got, 7.0f) << "wrote outside at " << i << "," << j << " half " << half;
+                continue;
               }
-              ASSERT_LE(std::abs(got - exact), 2.0 * (kc + 1) * std::ldexp(1.0, -24) * scale)
-                  << "kc " << kc << " at " << i << "," << j;
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(whole[i * ldc + j]))
+                  << "pair_tile_half against pair_tile: kc " << kc << " mr " << mr << " strips "
+                  << strips << " at " << i << "," << j;
+              const float want =
+                  model_pairs(GetParam().level, a.data() + i * lda, 1, w.data() + j * kc, 1, kc);
+              if (!GetParam().native) {
+                ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+                    << "kc " << kc << " mr " << mr << " strips " << strips << " at " << i << ","
+                    << j << ": " << got << " vs " << want;
+              } else {
+                double exact = 0, scale = 0;
+                for (int64_t p = 0; p < kc; ++p) {
+                  const double t =
+                      static_cast<double>(bf16_to_f32(a[i * lda + p])) * bf16_to_f32(w[j * kc + p]);
+                  exact += t;
+                  scale += std::abs(t);
+                }
+                ASSERT_LE(std::abs(got - exact), 2.0 * (kc + 1) * std::ldexp(1.0, -24) * scale)
+                    << "kc " << kc << " at " << i << "," << j;
+              }
             }
           }
         }

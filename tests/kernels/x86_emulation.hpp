@@ -84,6 +84,16 @@ inline __m512 emulated_dpbf16_ps(__m512 acc, __m512i a, __m512i b) {
   return _mm512_loadu_ps(sums);
 }
 
+inline __m256 emulated_dpbf16_ps256(__m256 acc, __m256i a, __m256i b) {
+  float sums[8];
+  uint32_t av[8], bv[8];
+  std::memcpy(sums, &acc, sizeof sums);
+  std::memcpy(av, &a, sizeof av);
+  std::memcpy(bv, &b, sizeof bv);
+  for (int i = 0; i < 8; ++i) sums[i] = dpbf16_lane(sums[i], av[i], bv[i]);
+  return _mm256_loadu_ps(sums);
+}
+
 }  // namespace grouplin::kernels::emulated
 
 // SIMDe has no non-temporal 512-bit store; in memory it is a plain one.
