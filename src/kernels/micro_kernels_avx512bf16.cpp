@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 #include "kernels/micro_kernels_x86.hpp"
 #include "kernels/rows_ahead.hpp"
@@ -104,11 +105,9 @@ constexpr PairFixed kByRows[kOuterRows] = {pair_fixed<1, NS>, pair_fixed<2, NS>,
 void pair_tile_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                           const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
                           bool accumulate) {
-  const PairFixed* by_rows = strips == 1   ? kByRows<1>
-                             : strips == 2 ? kByRows<2>
-                             : strips == 3 ? kByRows<3>
-                                           : kByRows<4>;
-  by_rows[mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
+  constexpr const PairFixed* kByStrips[] = {kByRows<1>, kByRows<2>, kByRows<3>, kByRows<4>};
+  static_assert(std::size(kByStrips) == kMaxStrips);
+  kByStrips[strips - 1][mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
 }
 
 // pair_row with NS - 1 whole strips and a last one of 8 columns, summed in `half` (256 bits). The
@@ -176,11 +175,10 @@ constexpr PairFixed kHalfByRows[kOuterRows] = {pair_half_fixed<1, NS>, pair_half
 void pair_tile_half_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                                const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
                                bool accumulate) {
-  const PairFixed* by_rows = strips == 1   ? kHalfByRows<1>
-                             : strips == 2 ? kHalfByRows<2>
-                             : strips == 3 ? kHalfByRows<3>
-                                           : kHalfByRows<4>;
-  by_rows[mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
+  constexpr const PairFixed* kByStrips[] = {kHalfByRows<1>, kHalfByRows<2>, kHalfByRows<3>,
+                                            kHalfByRows<4>};
+  static_assert(std::size(kByStrips) == kMaxStrips);
+  kByStrips[strips - 1][mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
 }
 
 // One block of 32 depths (at a and w) of dot_pairs_fixed into its chain r: MR vdpbf16ps.
@@ -237,11 +235,11 @@ void pair_tile_scaled_avx512bf16(int mr, int strips, int64_t kc, const uint16_t*
                                  const uint32_t* b, int64_t b_strip, const float* scales,
                                  int64_t scale_q, bool per_row, float* c, int64_t ldc,
                                  bool accumulate) {
-  const PairScaledFixed* by_rows = strips == 1   ? kScaledByRows<1>
-                                   : strips == 2 ? kScaledByRows<2>
-                                   : strips == 3 ? kScaledByRows<3>
-                                                 : kScaledByRows<4>;
-  by_rows[mr - 1](kc, a, lda, b, b_strip, scales, scale_q, per_row, c, ldc, accumulate);
+  constexpr const PairScaledFixed* kByStrips[] = {kScaledByRows<1>, kScaledByRows<2>,
+                                                  kScaledByRows<3>, kScaledByRows<4>};
+  static_assert(std::size(kByStrips) == kMaxStrips);
+  kByStrips[strips - 1][mr - 1](kc, a, lda, b, b_strip, scales, scale_q, per_row, c, ldc,
+                                accumulate);
 }
 
 // MR rows of a against one row of w, both read along the depth, in the four chains of
