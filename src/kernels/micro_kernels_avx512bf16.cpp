@@ -44,63 +44,90 @@ namespace {
 
 // One pair row of MR rows x NS strips into acc: NS loads of B (at b, strips b_strip apart), MR
 // broadcasts of A (the dword at a + i * lda, or with `odd_last` its low half alone), MR x NS
-// vdpbf16ps.
-template <int MR, int NS>
+// vdpbf16ps. kHalf (pair_tile_half): the last strip's first 8 columns only, summed in half[MR]
+// by the 256-bit vdpbf16ps (acc's last strip unused). The low half of A's broadcast is a cast,
+// which GCC 12 reports as uninitialized (as sum_pair_lanes says): silenced here only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <int MR, int NS, bool kHalf = false>
 GROUPLIN_AVX512BF16 inline void pair_row(const uint16_t* a, int64_t lda, const uint32_t* b,
-                                         int64_t b_strip, bool odd_last, __m512 (&acc)[MR][NS]) {
+                                         int64_t b_strip, bool odd_last, __m512 (&acc)[MR][NS],
+                                         __m256* half = nullptr) {
+  constexpr int kWhole = kHalf ? NS - 1 : NS;
   __m512i bv[NS];
 #pragma GCC unroll 4
-  for (int s = 0; s < NS; ++s) bv[s] = _mm512_loadu_si512(b + s * b_strip);
+  for (int s = 0; s < kWhole; ++s) bv[s] = _mm512_loadu_si512(b + s * b_strip);
+  [[maybe_unused]] __m256i bh;
+  if constexpr (kHalf) {
+    bh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kWhole * b_strip));
+  }
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
     const __m512i av = broadcast_pair(a + i * lda, 0, odd_last);
 #pragma GCC unroll 4
-    for (int s = 0; s < NS; ++s) acc[i][s] = dot_pairs(acc[i][s], av, bv[s]);
+    for (int s = 0; s < kWhole; ++s) acc[i][s] = dot_pairs(acc[i][s], av, bv[s]);
+    if constexpr (kHalf) half[i] = dot_pairs_half(half[i], _mm512_castsi512_si256(av), bh);
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // Pair rows [q0, q1) of MR rows x NS strips into acc, in pair-row order (the chains' order): the
 // whole pairs in a loop that tests nothing but its end (a test of the odd last depth in every
 // pair row, and the registers it held, cost ~10% of the kernel's rate on data in L1), then the
 // pair of depth kc - 1 alone when kc is odd and it is in the range.
-template <int MR, int NS>
+template <int MR, int NS, bool kHalf = false>
 GROUPLIN_AVX512BF16 inline void pair_rows(int64_t q0, int64_t q1, int64_t kc, const uint16_t* a,
                                           int64_t lda, const uint32_t* b, int64_t b_strip,
-                                          __m512 (&acc)[MR][NS]) {
+                                          __m512 (&acc)[MR][NS], __m256* half = nullptr) {
   const int64_t whole = std::min(q1, kc / 2);
   const uint16_t* ap = a + 2 * q0;
   const uint32_t* bp = b + q0 * 16;
   for (int64_t q = q0; q < whole; ++q, ap += 2, bp += 16) {
-    pair_row<MR, NS>(ap, lda, bp, b_strip, false, acc);
+    pair_row<MR, NS, kHalf>(ap, lda, bp, b_strip, false, acc, half);
   }
-  if (whole < q1) pair_row<MR, NS>(a + 2 * whole, lda, b + whole * 16, b_strip, true, acc);
+  if (whole < q1) {
+    pair_row<MR, NS, kHalf>(a + 2 * whole, lda, b + whole * 16, b_strip, true, acc, half);
+  }
 }
 
-// MR rows x NS strips, one vdpbf16ps chain per element over the pair rows in order.
-template <int MR, int NS>
+// MR rows x NS strips, one vdpbf16ps chain per element over the pair rows in order; kHalf: the
+// last strip's first 8 columns only (pair_tile_half), the same chains.
+template <int MR, int NS, bool kHalf = false>
 GROUPLIN_AVX512BF16 void pair_fixed(int64_t kc, const uint16_t* a, int64_t lda, const uint32_t* b,
                                     int64_t b_strip, float* c, int64_t ldc, bool accumulate) {
+  constexpr int kWhole = kHalf ? NS - 1 : NS;
   __m512 acc[MR][NS];
+  __m256 half[MR];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
-    for (int s = 0; s < NS; ++s)
+    for (int s = 0; s < kWhole; ++s)
       acc[i][s] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * s) : _mm512_setzero_ps();
+    if constexpr (kHalf) {
+      half[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 16 * kWhole) : _mm256_setzero_ps();
+    }
   }
-  pair_rows<MR, NS>(0, (kc + 1) / 2, kc, a, lda, b, b_strip, acc);
+  pair_rows<MR, NS, kHalf>(0, (kc + 1) / 2, kc, a, lda, b, b_strip, acc, half);
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
-    for (int s = 0; s < NS; ++s) _mm512_storeu_ps(c + i * ldc + 16 * s, acc[i][s]);
+    for (int s = 0; s < kWhole; ++s) _mm512_storeu_ps(c + i * ldc + 16 * s, acc[i][s]);
+    if constexpr (kHalf) _mm256_storeu_ps(c + i * ldc + 16 * kWhole, half[i]);
   }
 }
 
 using PairFixed = void (*)(int64_t, const uint16_t*, int64_t, const uint32_t*, int64_t, float*,
                            int64_t, bool);
 
-template <int NS>
-constexpr PairFixed kByRows[kOuterRows] = {pair_fixed<1, NS>, pair_fixed<2, NS>, pair_fixed<3, NS>,
-                                           pair_fixed<4, NS>, pair_fixed<5, NS>, pair_fixed<6, NS>};
+template <int NS, bool kHalf = false>
+constexpr PairFixed kByRows[kOuterRows] = {pair_fixed<1, NS, kHalf>, pair_fixed<2, NS, kHalf>,
+                                           pair_fixed<3, NS, kHalf>, pair_fixed<4, NS, kHalf>,
+                                           pair_fixed<5, NS, kHalf>, pair_fixed<6, NS, kHalf>};
 
 void pair_tile_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                           const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
@@ -110,73 +137,11 @@ void pair_tile_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int
   kByStrips[strips - 1][mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
 }
 
-// pair_row with NS - 1 whole strips and a last one of 8 columns, summed in `half` (256 bits). The
-// low half of A's broadcast is a cast, which GCC 12 reports as uninitialized (as
-// sum_pair_lanes says): silenced here only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-template <int MR, int NS>
-GROUPLIN_AVX512BF16 inline void pair_row_half(const uint16_t* a, int64_t lda, const uint32_t* b,
-                                              int64_t b_strip, bool odd_last, __m512 (&acc)[MR][NS],
-                                              __m256 (&half)[MR]) {
-  __m512i bv[NS];
-#pragma GCC unroll 4
-  for (int s = 0; s + 1 < NS; ++s) bv[s] = _mm512_loadu_si512(b + s * b_strip);
-  const __m256i bh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (NS - 1) * b_strip));
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) {
-    const __m512i av = broadcast_pair(a + i * lda, 0, odd_last);
-#pragma GCC unroll 4
-    for (int s = 0; s + 1 < NS; ++s) acc[i][s] = dot_pairs(acc[i][s], av, bv[s]);
-    half[i] = dot_pairs_half(half[i], _mm512_castsi512_si256(av), bh);
-  }
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-// pair_fixed whose last strip sums its first 8 columns only (pair_tile_half): the same chains.
-// acc's last strip is unused (sized NS so that NS = 1 needs no special case).
-template <int MR, int NS>
-GROUPLIN_AVX512BF16 void pair_half_fixed(int64_t kc, const uint16_t* a, int64_t lda,
-                                         const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
-                                         bool accumulate) {
-  __m512 acc[MR][NS];
-  __m256 half[MR];
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int s = 0; s + 1 < NS; ++s)
-      acc[i][s] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * s) : _mm512_setzero_ps();
-    half[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 16 * (NS - 1)) : _mm256_setzero_ps();
-  }
-  const int64_t whole = kc / 2;
-  for (int64_t q = 0; q < whole; ++q) {
-    pair_row_half<MR, NS>(a + 2 * q, lda, b + q * 16, b_strip, false, acc, half);
-  }
-  if (2 * whole < kc)
-    pair_row_half<MR, NS>(a + 2 * whole, lda, b + whole * 16, b_strip, true, acc, half);
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int s = 0; s + 1 < NS; ++s) _mm512_storeu_ps(c + i * ldc + 16 * s, acc[i][s]);
-    _mm256_storeu_ps(c + i * ldc + 16 * (NS - 1), half[i]);
-  }
-}
-
-template <int NS>
-constexpr PairFixed kHalfByRows[kOuterRows] = {pair_half_fixed<1, NS>, pair_half_fixed<2, NS>,
-                                               pair_half_fixed<3, NS>, pair_half_fixed<4, NS>,
-                                               pair_half_fixed<5, NS>, pair_half_fixed<6, NS>};
-
 void pair_tile_half_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                                const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
                                bool accumulate) {
-  constexpr const PairFixed* kByStrips[] = {kHalfByRows<1>, kHalfByRows<2>, kHalfByRows<3>,
-                                            kHalfByRows<4>};
+  constexpr const PairFixed* kByStrips[] = {kByRows<1, true>, kByRows<2, true>, kByRows<3, true>,
+                                            kByRows<4, true>};
   static_assert(std::size(kByStrips) == kMaxStrips);
   kByStrips[strips - 1][mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
 }

@@ -281,12 +281,10 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
           mk.pair_tile_scaled(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
                               scales.table + (scales.per_row ? i : j * kOuterCols), scales.ld,
                               scales.per_row, c + i * ldc + j * kOuterCols, ldc, p0 > 0);
-        } else if (half_last && j + ns == strips) {
-          mk.pair_tile_half(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
-                            c + i * ldc + j * kOuterCols, ldc, p0 > 0);
         } else {
-          mk.pair_tile(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
-                       c + i * ldc + j * kOuterCols, ldc, p0 > 0);
+          const auto tile = half_last && j + ns == strips ? mk.pair_tile_half : mk.pair_tile;
+          tile(h, ns, kc, a.a + i * a.lda, a.lda, b.panels + j * b.strip, b.strip,
+               c + i * ldc + j * kOuterCols, ldc, p0 > 0);
         }
       }
     }
