@@ -38,6 +38,12 @@ class MicroKernelsTest : public ::testing::Test {
     force_portable_kernels(false);
     return p;
   }
+  // The CPU's set, the portable one and, where the CPU has it, the AVX2 set.
+  std::vector<const MicroKernels*> sets_this_cpu_runs() {
+    std::vector<const MicroKernels*> sets = {&micro_kernels(), &portable()};
+    if (avx2_kernels() != nullptr) sets.push_back(avx2_kernels());
+    return sets;
+  }
 };
 
 // The dispatch: the set of kernel_isa()'s level on x86-64 CPUs (AVX2+FMA where the CPU has both
@@ -140,9 +146,7 @@ TEST_F(MicroKernelsTest, StreamBf16EqualsNarrow) {
 // the CPU's set, the portable one and, where the CPU has it, the AVX2 set.
 TEST_F(MicroKernelsTest, StreamF32Copies) {
   const std::vector<float> v = random_floats(200, 23);
-  std::vector<const MicroKernels*> sets = {&micro_kernels(), &portable()};
-  if (avx2_kernels() != nullptr) sets.push_back(avx2_kernels());
-  for (const MicroKernels* set : sets) {
+  for (const MicroKernels* set : sets_this_cpu_runs()) {
     for (int64_t offset : {0, 1, 7, 8, 16}) {
       for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 100, 183}) {
         alignas(64) float want[256], got[256];
@@ -160,9 +164,7 @@ TEST_F(MicroKernelsTest, StreamF32Copies) {
 // stream_zeros clears exactly the bytes asked for, wherever dst starts (odd byte offsets too: BF16
 // gradients) and whatever the length: every set the CPU has.
 TEST_F(MicroKernelsTest, StreamZerosClears) {
-  std::vector<const MicroKernels*> sets = {&micro_kernels(), &portable()};
-  if (avx2_kernels() != nullptr) sets.push_back(avx2_kernels());
-  for (const MicroKernels* set : sets) {
+  for (const MicroKernels* set : sets_this_cpu_runs()) {
     for (int64_t offset : {0, 1, 2, 15, 16, 33, 64}) {
       for (int64_t bytes : {0, 1, 2, 15, 16, 31, 32, 63, 64, 65, 130, 400}) {
         alignas(64) std::byte want[512], got[512];
