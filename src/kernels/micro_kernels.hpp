@@ -245,12 +245,13 @@ struct MicroKernels {
   void (*narrow_bf16)(const float* src, uint16_t* dst, int64_t n);
 
   // narrow_bf16 written with non-temporal stores (where dst is 32-byte aligned; plain stores at
-  // the ragged ends): for outputs written once and not read back soon. The caller fences.
+  // the ragged ends): for outputs written once and not read back by the kernels (every tile's
+  // result, tile_products.hpp's store_rows). The caller fences.
   void (*stream_bf16)(const float* src, uint16_t* dst, int64_t n);
 
   // dst[i] = src[i], i < n, with non-temporal stores where dst is aligned to the set's vector
   // width (plain stores at the ragged ends, and throughout off x86-64): F32 outputs written once
-  // and not read back soon (weight gradients). The caller fences.
+  // and not read back by the kernels, as stream_bf16. The caller fences.
   void (*stream_f32)(const float* src, float* dst, int64_t n);
 
   // dst[i] = 0, i < bytes, with non-temporal stores of the set's vector width where dst is

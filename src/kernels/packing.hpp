@@ -64,7 +64,7 @@ void store_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t r
 void store_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c);
 
 // As store_f32 and store_zeros, but with non-temporal stores for outputs written once and not
-// read back soon (weight gradients): no read-for-ownership, half the memory traffic. Call
+// read back by the kernels (tile results): no read-for-ownership, half the memory traffic. Call
 // stream_fence() before the results are handed to another thread.
 void stream_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c);
 void stream_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c);

@@ -43,7 +43,7 @@ void store_gradient(const WgradArgs& args, const Tile& t, const Accumulator& acc
     for (int64_t r = 0; r < t.rows; ++r)
       add_old_gradient(g, t.row0 + r, t, acc.c + r * acc.ldc, s.row);
   }
-  store_rows(acc, t, g, t.row0, t.col0, /*stream=*/true);
+  store_rows(acc, t, g, t.row0, t.col0);
 }
 
 // Gradient rows t.row0 + i.. (h of them) from the first h rows of the scratch tile (formed in L1

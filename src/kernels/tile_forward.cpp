@@ -148,7 +148,7 @@ void store_broadcast_result(const ForwardArgs& args, const Tile& t, int64_t pane
     if (bias) {
       for (int64_t n = 0; n < t.cols; ++n) yr[n] += s.row[n];
     }
-    store_f32(yr, t.cols, args.y, t.row0 + r, t.col0);
+    stream_f32(yr, t.cols, args.y, t.row0 + r, t.col0);  // as store_rows (tile_products.hpp)
   };
   const MicroKernels& mk = micro_kernels();
   for (int64_t r0 = 0; r0 < panel_rows; r0 += 8) {
@@ -157,6 +157,7 @@ void store_broadcast_result(const ForwardArgs& args, const Tile& t, int64_t pane
     for (int64_t i = 0; i < h; ++i) store_row(bs.rows + i * t.cols, r0 + i);
   }
   for (int64_t r = panel_rows; r < t.rows; ++r) store_row(bs.tail + (r - panel_rows) * t.cols, r);
+  stream_fence();
 }
 
 // y = the tile's sums + the bias (one F32 addition per element), rounded for BF16.

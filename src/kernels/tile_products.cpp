@@ -93,16 +93,10 @@ void outer_tiles(int64_t rows, int64_t cols, int64_t kc, const float* ap, const 
 }
 
 void store_rows(const Accumulator& acc, const Tile& t, const MutableMatrixRef& out, int64_t row0,
-                int64_t col0, bool stream) {
+                int64_t col0) {
   if (acc.in_place) return;
-  for (int64_t r = 0; r < t.rows; ++r) {
-    if (stream) {
-      stream_f32(acc.c + r * acc.ldc, t.cols, out, row0 + r, col0);
-    } else {
-      store_f32(acc.c + r * acc.ldc, t.cols, out, row0 + r, col0);
-    }
-  }
-  if (stream) stream_fence();
+  for (int64_t r = 0; r < t.rows; ++r) stream_f32(acc.c + r * acc.ldc, t.cols, out, row0 + r, col0);
+  stream_fence();
 }
 
 int64_t pair_block_floats(int64_t depth) {

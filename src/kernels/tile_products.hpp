@@ -291,9 +291,11 @@ void pair_product(int64_t rows, int64_t cols, int64_t depth, const BlockA& a_blo
   }
 }
 
-// The rows of a scratch result into the output (rounded for BF16); in place, nothing to do.
-// stream: written once and not read back soon (gradients): non-temporal stores.
+// The rows of a scratch result into the output (rounded for BF16) by non-temporal stores, then a
+// fence; in place, nothing to do. No tile reads another's result, and plain stores would first
+// read every output line in from memory (docs/PERFORMANCE.md, "Tile results by non-temporal
+// stores").
 void store_rows(const Accumulator& acc, const Tile& t, const MutableMatrixRef& out, int64_t row0,
-                int64_t col0, bool stream = false);
+                int64_t col0);
 
 }  // namespace grouplin::kernels
