@@ -22,7 +22,6 @@ namespace {
 // FP8 weights against BF16 rows (dot_tile_fp8_pairs): E4M3 codes become BF16 values by two
 // byte-table lookups (vpermi2b, AVX512-VBMI), so that vdpbf16ps takes 32 weights per instruction
 // where the F32 kernels decode, scale and multiply 16 at a time.
-#define GROUPLIN_AVX512BF16_VBMI GROUPLIN_TARGET("avx512bf16,avx512vbmi,avx512bw,avx512f,avx2,fma")
 
 // The BF16 bits of each E4M3 magnitude (a code's low 7 bits), high and low bytes apart: every
 // E4M3 value is a BF16 value (subnormal codes become normal BF16 values), 0x7f is NaN.
