@@ -129,19 +129,13 @@ constexpr PairFixed kByRows[kOuterRows] = {pair_fixed<1, NS, kHalf>, pair_fixed<
                                            pair_fixed<3, NS, kHalf>, pair_fixed<4, NS, kHalf>,
                                            pair_fixed<5, NS, kHalf>, pair_fixed<6, NS, kHalf>};
 
+// pair_tile (kHalf false) and pair_tile_half (true): the fixed kernel of the call's shape.
+template <bool kHalf>
 void pair_tile_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
                           const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
                           bool accumulate) {
-  constexpr const PairFixed* kByStrips[] = {kByRows<1>, kByRows<2>, kByRows<3>, kByRows<4>};
-  static_assert(std::size(kByStrips) == kMaxStrips);
-  kByStrips[strips - 1][mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
-}
-
-void pair_tile_half_avx512bf16(int mr, int strips, int64_t kc, const uint16_t* a, int64_t lda,
-                               const uint32_t* b, int64_t b_strip, float* c, int64_t ldc,
-                               bool accumulate) {
-  constexpr const PairFixed* kByStrips[] = {kByRows<1, true>, kByRows<2, true>, kByRows<3, true>,
-                                            kByRows<4, true>};
+  constexpr const PairFixed* kByStrips[] = {kByRows<1, kHalf>, kByRows<2, kHalf>, kByRows<3, kHalf>,
+                                            kByRows<4, kHalf>};
   static_assert(std::size(kByStrips) == kMaxStrips);
   kByStrips[strips - 1][mr - 1](kc, a, lda, b, b_strip, c, ldc, accumulate);
 }
@@ -449,8 +443,8 @@ void fma_rows_pairs_avx512bf16(int rows, int64_t depth, const uint16_t* a, int64
 
 void add_avx512bf16(MicroKernels& set) {
   set.fma_rows_pairs = fma_rows_pairs_avx512bf16;
-  set.pair_tile = pair_tile_avx512bf16;
-  set.pair_tile_half = pair_tile_half_avx512bf16;
+  set.pair_tile = pair_tile_avx512bf16<false>;
+  set.pair_tile_half = pair_tile_avx512bf16<true>;
   set.pair_tile_scaled = pair_tile_scaled_avx512bf16;
   set.dot_tile_pairs = dot_tile_pairs_avx512bf16;
   set.pair_rows = kOuterRows;
