@@ -13,7 +13,7 @@ For each shape (experts x in x out) and each count of rows per expert, times for
 
 Each figure is the best time of a round; a ratio "holds" when it holds in every round, so the
 table gives GroupLin's ratio to dense in its worst round beside the ratio of the best times. The
-set's fraction of its peak uses `grouplin bench`'s peak (reported clock, not measured).
+set's fraction of its peak uses `grouplin bench`'s peak (its clock measured with every thread busy).
 
 With --plot FILE.png it draws GF/s against rows per expert, one line per implementation, one
 panel per shape x op x dtype. Needs PyTorch >= 2.9 and matplotlib (scripts/bench-env.sh):
@@ -224,8 +224,8 @@ def main():
 
     print(f"{machine}; kernels {kernels}; torch {torch.__version__}, {threads} threads; "
           f"{args.routing} routing; best of {args.rounds} interleaved rounds, GF/s; peak "
-          f"(reported clock) F32 {peak.get('f32_gflops', 0):.0f}, BF16 "
-          f"{peak.get('bf16_gflops', 0):.0f} GF/s\n")
+          f"F32 {peak.get('f32_gflops', 0):.0f}, BF16 {peak.get('bf16_gflops', 0):.0f} GF/s (clock "
+          f"{peak.get('clock_ghz', 0):.2f} GHz, {peak.get('clock_source', 'unknown')})\n")
     print("| shape | rows/expert | op | dtype | GroupLin (x peak) | grouped_mm | loop | dense | "
           "OpenBLAS | / dense (worst round) | / OpenBLAS | / best grouped path |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

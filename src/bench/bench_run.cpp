@@ -97,12 +97,13 @@ double ratio(double a_s, double b_s) { return a_s == kNotRun || b_s == kNotRun ?
 // (two 512-bit FMA units), BF16 the same where the set widens it to F32, 128 with vdpbf16ps (two
 // products per 32-bit lane, two units) and 1024 with AMX-BF16. AMD Zen 4 runs 512-bit arithmetic
 // as two 256-bit halves on the AVX2 units: 32 F32 FLOP with AVX-512 too, 64 with vdpbf16ps. Cores:
-// the GroupLin threads; clock: the first "cpu MHz" of /proc/cpuinfo, what the OS reports (under a
-// VM often the nominal clock, not the turbo one), not measured. Zero where unknown (the portable
-// set, or no clock).
+// the GroupLin threads; clock: measured with every GroupLin thread busy (measured_clock_ghz), or,
+// where it cannot be, the first "cpu MHz" of /proc/cpuinfo (under a VM often the nominal clock,
+// not the boost one). Zero where unknown (the portable set, or no clock).
 struct Peak {
   int cores = 0;
   double clock_ghz = 0;
+  const char* clock_source = "unknown";
   int f32_flop_per_cycle = 0, bf16_flop_per_cycle = 0;
   double gflops(int dt) const {
     return cores * clock_ghz * (dt == 0 ? f32_flop_per_cycle : bf16_flop_per_cycle);
@@ -115,22 +116,32 @@ struct Peak {
     return text;
   }
 };
-constexpr const char* kClockSource = "/proc/cpuinfo cpu MHz (reported, not measured)";
 
-Peak machine_peak() {
-  Peak p;
-  p.cores = kernels::num_threads();
+double reported_clock_ghz() {
+  double ghz = 0;
   if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
     char line[512];
     while (std::fgets(line, sizeof line, f)) {
       double mhz = 0;
       if (std::sscanf(line, "cpu MHz : %lf", &mhz) == 1 ||
           std::sscanf(line, "cpu MHz\t: %lf", &mhz) == 1) {
-        p.clock_ghz = mhz / 1000.0;
+        ghz = mhz / 1000.0;
         break;
       }
     }
     std::fclose(f);
+  }
+  return ghz;
+}
+
+Peak machine_peak() {
+  Peak p;
+  p.cores = kernels::num_threads();
+  p.clock_ghz = measured_clock_ghz(p.cores);
+  p.clock_source = "measured: dependent adds on every thread";
+  if (p.clock_ghz <= 0) {
+    p.clock_ghz = reported_clock_ghz();
+    p.clock_source = "/proc/cpuinfo cpu MHz (reported, not measured)";
   }
   const kernels::MicroKernels& mk = kernels::micro_kernels();
   const std::string name = mk.name;
@@ -167,14 +178,13 @@ struct CaseResult {
 };
 
 CaseResult run_case(const BenchShape& s, ShapeData& d, int64_t rows, const std::string& routing,
-                    const std::string& op, const BenchConfig& c) {
+                    const std::string& op, const BenchConfig& c, const Peak& peak) {
   CaseResult r{s.name, routing, op, s.experts, s.in, s.out, rows};
   const std::vector<int64_t> splits = make_splits(routing, s.experts, rows);
   r.active = std::count_if(splits.begin(), splits.end(), [](int64_t m) { return m > 0; });
   const double k_n = static_cast<double>(s.in) * static_cast<double>(s.out);
   r.flops = op == "bgrad" ? static_cast<double>(rows) * static_cast<double>(s.out)
                           : 2.0 * static_cast<double>(rows) * k_n;
-  const Peak peak = machine_peak();
   for (int dt = 0; dt < 2; ++dt) r.peak_gflops[dt] = r.op == "bgrad" ? 0.0 : peak.gflops(dt);
   const bool f32 = std::find(c.dtypes.begin(), c.dtypes.end(), "f32") != c.dtypes.end();
   const bool bf16 = std::find(c.dtypes.begin(), c.dtypes.end(), "bf16") != c.dtypes.end();
@@ -359,8 +369,8 @@ void run_bench(BenchConfig c) {
   const Peak peak = machine_peak();
   if (!c.json) {
     std::printf("grouplin bench: %s\n", machine.c_str());
-    std::printf("peak (xpk = GroupLin's fraction of it; clock from %s): F32 %s, BF16 %s\n",
-                kClockSource, peak.describe(0).c_str(), peak.describe(1).c_str());
+    std::printf("peak (xpk = GroupLin's fraction of it; clock %s): F32 %s, BF16 %s\n",
+                peak.clock_source, peak.describe(0).c_str(), peak.describe(1).c_str());
     if (!bench::blas_available()) {
       std::printf("dense and loop baselines absent: %s (their columns read 0)\n",
                   bench::blas_description());
@@ -398,7 +408,7 @@ void run_bench(BenchConfig c) {
     for (int64_t rows : c.rows) {
       for (const std::string& routing : c.routings) {
         for (const std::string& op : c.ops) {
-          results.push_back(run_case(s, data, rows, routing, op, c));
+          results.push_back(run_case(s, data, rows, routing, op, c, peak));
           if (!c.json) print_row(results.back());
         }
       }
@@ -419,7 +429,7 @@ void run_bench(BenchConfig c) {
                           {"peak",
                            {{"cores", peak.cores},
                             {"clock_ghz", peak.clock_ghz},
-                            {"clock_source", kClockSource},
+                            {"clock_source", peak.clock_source},
                             {"f32_flop_per_cycle", peak.f32_flop_per_cycle},
                             {"bf16_flop_per_cycle", peak.bf16_flop_per_cycle},
                             {"f32_gflops", peak.gflops(0)},

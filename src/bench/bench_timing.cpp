@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "bench/bench_baselines.hpp"
 #include "kernels/micro_kernels.hpp"
@@ -21,6 +22,35 @@ double seconds_of(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Cycles per second of one core: 16 dependent adds per step, so the chain, not the loop, sets the
+// pace; the fastest of 16 windows of ~1 ms, since time taken from the core (a VM's other guests,
+// interrupts) only ever slows a window down. 0 on an architecture without the chain.
+double one_core_clock_hz() {
+#if defined(__x86_64__) || defined(__aarch64__)
+  constexpr int64_t kSteps = 1 << 18;  // 4M cycles: ~1.2 ms at 3.5 GHz
+  double best = 0;
+  for (int window = 0; window < 16; ++window) {
+    uint64_t x = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < kSteps; ++i) {
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+#if defined(__x86_64__)
+        asm volatile("add $1, %0" : "+r"(x));
+#else
+        asm volatile("add %0, %0, #1" : "+r"(x));
+#endif
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0 && x == 16 * static_cast<uint64_t>(kSteps)) best = std::max(best, 16.0 * kSteps / s);
+  }
+  return best;
+#else
+  return 0.0;
+#endif
 }
 
 }  // namespace
@@ -91,6 +121,21 @@ std::vector<Tensor> experts_of(const Tensor& stacked) {
   std::vector<Tensor> v;
   for (int64_t e = 0; e < stacked.dim(0); ++e) v.push_back(stacked.select(e));
   return v;
+}
+
+double measured_clock_ghz(int threads) {
+  std::vector<double> hz(static_cast<size_t>(std::max(threads, 1)));
+  std::vector<std::thread> others;
+  for (size_t t = 1; t < hz.size(); ++t)
+    others.emplace_back([&hz, t] { hz[t] = one_core_clock_hz(); });
+  hz[0] = one_core_clock_hz();
+  for (std::thread& t : others) t.join();
+  double sum = 0;
+  for (double h : hz) {
+    if (h <= 0) return 0.0;
+    sum += h;
+  }
+  return sum / static_cast<double>(hz.size()) * 1e-9;
 }
 
 std::string machine_description() {

@@ -72,6 +72,13 @@ Tensor filled(const Shape& shape, uint64_t seed);
 // The experts of a stacked [N, ...] tensor, as views.
 std::vector<Tensor> experts_of(const Tensor& stacked);
 
+// The clock the cores run at while `threads` of them are busy, in GHz, measured: each thread times
+// a chain of dependent integer adds (one cycle each on every core GroupLin runs on) in 16 windows
+// of about 1 ms and keeps its fastest; the mean over the threads is returned. Under a VM
+// /proc/cpuinfo's "cpu MHz" is often the nominal clock, well below the boost clock the kernels run
+// at, which put fractions of "peak" above 1. 0 where no such chain is written for the architecture.
+double measured_clock_ghz(int threads);
+
 // The CPU, threads, kernel set, BLAS and load average, for the report's first line.
 std::string machine_description();
 
