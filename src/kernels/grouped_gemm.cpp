@@ -33,6 +33,11 @@ constexpr TileShape kDgradDirectTile = {
 // once per 1024 columns (docs/PERFORMANCE.md, "Wider wgrad tiles").
 constexpr TileShape kWgradTile = {
     .rows = 384, .cols = 1024, .row_align = kOuterRows, .col_align = kOuterCols};
+// wgrad of one depth block on pair panels (WgradPath::kPairPanels): gradient rows are formed a
+// group at a time, so a tile's scratch does not grow with its rows, and taller tiles pack each
+// 1024-column slice of x's rows fewer times (docs/PERFORMANCE.md, "Taller wgrad tiles").
+constexpr TileShape kWgradPanelsTile = {
+    .rows = 1024, .cols = 1024, .row_align = kOuterRows, .col_align = kOuterCols};
 // bgrad: whole rows of dy (contiguous, so they stream); splitting columns between threads
 // measured 2-3x slower (partial rows defeat the prefetchers). Rows are summed in order, so one
 // expert's sums stay on one thread.
@@ -204,7 +209,12 @@ void grouped_wgrad(const Tensor& x, const Tensor& dy, std::span<const int64_t> m
     const bool empty = m_splits[e] == 0;
     const int64_t rows = accumulate && empty ? 0 : dy.dim(1);
     const TileShape zero_tile = {.rows = kZeroTileRows, .cols = std::max<int64_t>(1, x.dim(1))};
-    blocks.push_back({0, rows, x.dim(1), m_splits[e], 0.0, empty ? zero_tile : kWgradTile});
+    const bool panels = wgrad_path(m_splits[e], x.dtype(), dy.dtype(),
+                                   SetCaps::of(micro_kernels())) == WgradPath::kPairPanels;
+    blocks.push_back({0, rows, x.dim(1), m_splits[e], 0.0,
+                      empty    ? zero_tile
+                      : panels ? kWgradPanelsTile
+                               : kWgradTile});
   }
   const TilePlan plan = plan_tiles(blocks);
   run_plan(plan, scratch_floats(plan),
