@@ -13,7 +13,8 @@
 // by the loops in tile_compute.hpp on the micro-kernels in micro_kernels.hpp (portable, AVX2+FMA,
 // AVX-512F, AVX512-BF16 or AMX-BF16: the CPU's best, capped by GROUPLIN_ISA). Plans that cost less
 // than a few tens of microseconds run on the calling thread alone. The calling thread keeps its
-// scratch (about 1 MiB per worker) from call to call.
+// scratch from call to call: per worker, room for the plan's largest tile (1-6 MiB, its pages
+// touched only as far as the tiles use them).
 //
 // Data tensors (x, y, dy, dx) are [T, features] in the params dtype (F32 or BF16; beside FP8
 // weights, F32 or BF16 activations, as beside F32 weights); expert tensors are per-expert views
