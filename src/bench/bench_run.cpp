@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -118,20 +119,8 @@ struct Peak {
 };
 
 double reported_clock_ghz() {
-  double ghz = 0;
-  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f)) {
-      double mhz = 0;
-      if (std::sscanf(line, "cpu MHz : %lf", &mhz) == 1 ||
-          std::sscanf(line, "cpu MHz\t: %lf", &mhz) == 1) {
-        ghz = mhz / 1000.0;
-        break;
-      }
-    }
-    std::fclose(f);
-  }
-  return ghz;
+  const std::string mhz = cpuinfo_field("cpu MHz");
+  return mhz.empty() ? 0.0 : std::atof(mhz.c_str()) / 1000.0;
 }
 
 Peak machine_peak() {

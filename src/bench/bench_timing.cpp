@@ -138,20 +138,27 @@ double measured_clock_ghz(int threads) {
   return sum / static_cast<double>(hz.size()) * 1e-9;
 }
 
-std::string machine_description() {
-  std::string cpu = "unknown CPU";
+std::string cpuinfo_field(const char* key) {
+  std::string value;
   if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
     char line[512];
     while (std::fgets(line, sizeof line, f)) {
-      std::string s(line);
-      if (s.rfind("model name", 0) == 0) {
-        cpu = s.substr(s.find(':') + 2);
-        cpu.erase(cpu.find_last_not_of("\n") + 1);
+      const std::string s(line);
+      const size_t colon = s.find(':');
+      if (s.rfind(key, 0) == 0 && colon != std::string::npos) {
+        value = s.substr(std::min(colon + 2, s.size()));
+        value.erase(value.find_last_not_of("\n") + 1);
         break;
       }
     }
     std::fclose(f);
   }
+  return value;
+}
+
+std::string machine_description() {
+  std::string cpu = cpuinfo_field("model name");
+  if (cpu.empty()) cpu = "unknown CPU";
   double load = -1;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(f, "%lf", &load) != 1) load = -1;

@@ -79,6 +79,10 @@ std::vector<Tensor> experts_of(const Tensor& stacked);
 // at, which put fractions of "peak" above 1. 0 where no such chain is written for the architecture.
 double measured_clock_ghz(int threads);
 
+// The value of the first line of /proc/cpuinfo that starts with `key` (what follows its ": "),
+// or "" where there is none.
+std::string cpuinfo_field(const char* key);
+
 // The CPU, threads, kernel set, BLAS and load average, for the report's first line.
 std::string machine_description();
 
