@@ -5,9 +5,10 @@
 // to the lane's F32 sum: the operands stay BF16 (half the bytes of widened ones through the
 // registers) and one instruction does two multiply-adds per lane. The register tile is the F32
 // set's: 6 rows x 4 strips of 16 columns, 24 zmm sums. dot_tile_pairs, for forward of experts
-// with 1-6 rows, reads x's and the weights' rows along the depth, as they lie, one weight row at
-// a time (one memory stream), and sums each element in four chains of 16 lanes: one load and one
-// vdpbf16ps per 32 weights (docs/PERFORMANCE.md, "The kernels' constants": kPairDotMaxRows).
+// with 1-6 rows (1-8 at depths up to 2048: tile_paths.hpp), reads x's and the weights' rows along
+// the depth, as they lie, one weight row at a time (one memory stream), and sums each element in
+// four chains of 16 lanes: one load and one vdpbf16ps per 32 weights (docs/PERFORMANCE.md, "The
+// kernels' constants": kPairDotMaxRows, kPairDotShallowMaxRows).
 // pair_tile_half is pair_tile whose last strip sums only its first 8 columns by the 256-bit
 // vdpbf16ps (AVX512VL), at half the cost: a last strip of 1-8 rows of x or columns, the same
 // chains. pair_tile_scaled is pair_tile with each 128-deep block's sums scaled once (FP8 weights

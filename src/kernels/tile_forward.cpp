@@ -394,7 +394,7 @@ void forward_dots_tile(const ForwardArgs& args, const MatrixRef& w, const Tile& 
 
 ForwardPath forward_path_of(const ForwardArgs& args, int32_t expert) {
   const auto e = static_cast<size_t>(expert);
-  return forward_path(args.expert_rows[e], args.x.dtype, args.weights[e].dtype,
+  return forward_path(args.expert_rows[e], args.in_features, args.x.dtype, args.weights[e].dtype,
                       SetCaps::of(micro_kernels()));
 }
 

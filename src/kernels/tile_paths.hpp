@@ -1,16 +1,17 @@
 // Which loops each expert's tiles run: the tuning constants and the rules that choose a path, as
-// pure functions of the operation, the expert's rows, the dtypes and what the kernel set has
-// (SetCaps), tested by themselves (tests/kernels/tile_paths_test.cpp). The tile functions
-// (tile_compute.hpp) switch on forward_path, dgrad_path and wgrad_path; the plan
-// (grouped_gemm.cpp), the prefetching of the next tile and forward_chain (which chain of
-// operations a row's sums get) read the same rules, so that no two places decide apart.
+// pure functions of the operation, the expert's rows, the dtypes, what the kernel set has
+// (SetCaps) and, for the forward, the depth (in_features), tested by themselves
+// (tests/kernels/tile_paths_test.cpp). The tile functions (tile_compute.hpp) switch on
+// forward_path, dgrad_path and wgrad_path; the plan (grouped_gemm.cpp), the prefetching of the next
+// tile and forward_chain (which chain of operations a row's sums get) read the same rules, so that
+// no two places decide apart.
 //
 //   const SetCaps set = SetCaps::of(micro_kernels());
-//   switch (forward_path(expert_rows, x.dtype, w.dtype, set)) { ... }
+//   switch (forward_path(expert_rows, in_features, x.dtype, w.dtype, set)) { ... }
 //
-// A path depends on the expert's row count (a function of m_splits), never on the tile, the
-// thread count or timing, so the tiling never changes which chain a row gets; within a path,
-// tile-level choices (turned pair tiles, weights read in place) change only speed.
+// A path depends on the expert's row count (a function of m_splits) and the layer's shape, never
+// on the tile, the thread count or timing, so the tiling never changes which chain a row gets;
+// within a path, tile-level choices (turned pair tiles, weights read in place) change only speed.
 #pragma once
 
 #include <cstdint>
@@ -106,15 +107,25 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // tiling does not change which chain a row gets. Forward of experts of 1 to kPairDotMaxRows rows
 // runs dot_tile_pairs, which reads each weight row as it lies, one load and one vdpbf16ps per 32
 // weights, no transposes and no packing, one weight row at a time (one memory stream per core reads
-// faster than several). AMX not measured (it keeps widened dot tiles for 1-3 rows).
+// faster than several). AMX not measured (it keeps widened dot tiles for 1-3 rows). Experts of up
+// to kPairDotShallowMaxRows rows run it too where the depth is at most kPairDotShallowMaxDepth:
+// their rows go in two groups (4 + 3 or 4 + 4, the second reading the weights again from L2),
+// each group's rows of x (16 KiB at a depth of 2048) in L1 beside the weights' stream, where the
+// turned pair tiles would spend a 16-lane strip on 7-8 rows; deeper, a group's rows of x leave L1.
 inline constexpr int64_t kPairDotMaxRows = kPairDotRows;
-inline bool forward_pair_dots(int64_t rows, bool bf16_operands, bool pair_dots) {
-  return pair_dots && bf16_operands && rows > 0 && rows <= kPairDotMaxRows;
+inline constexpr int64_t kPairDotShallowMaxRows = 8;
+inline constexpr int64_t kPairDotShallowMaxDepth = 2048;
+inline bool forward_pair_dots(int64_t rows, int64_t depth, bool bf16_operands, bool pair_dots) {
+  const int64_t most = depth <= kPairDotShallowMaxDepth ? kPairDotShallowMaxRows : kPairDotMaxRows;
+  return pair_dots && bf16_operands && rows > 0 && rows <= most;
 }
+// (forward_dots takes at most kDotMaxRowsBf16 BF16 rows, which every depth's forward_pair_dots
+// takes on a set with dot_tile_pairs: the depth does not decide this.)
 inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, bool few_rows) {
   return pair_kernels && bf16_operands &&
-         (!forward_dots(rows, true) || forward_pair_dots(rows, true, few_rows));
+         (!forward_dots(rows, true) || forward_pair_dots(rows, 0, true, few_rows));
 }
+static_assert(kDotMaxRowsBf16 <= kPairDotMaxRows);
 // FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels (SetCaps), run them
 // (sums scaled block by block, micro_kernels.hpp) instead of the F32 kernels on decoded and
 // scaled codes (the bits of F32 weights holding the dequantized values). Forward of experts of
@@ -214,14 +225,14 @@ enum class ForwardPath {
   kBroadcast,
   kOuter
 };
-inline ForwardPath forward_path(int64_t rows, DType x, DType w, const SetCaps& set) {
+inline ForwardPath forward_path(int64_t rows, int64_t depth, DType x, DType w, const SetCaps& set) {
   if (set.fp8_dots && w == DType::F8_E4M3 && x == DType::BF16) {
     return fp8_forward_dots(rows) ? ForwardPath::kFp8PairDots : ForwardPath::kFp8PairTiles;
   }
   const bool bf16_weights = w == DType::BF16;  // FP8 codes decode to F32 values
   if (forward_pairs(rows, bf16_weights && x == DType::BF16, set.pair_tiles, set.pair_dots)) {
-    return forward_pair_dots(rows, true, set.pair_dots) ? ForwardPath::kPairDots
-                                                        : ForwardPath::kPairTiles;
+    return forward_pair_dots(rows, depth, true, set.pair_dots) ? ForwardPath::kPairDots
+                                                               : ForwardPath::kPairTiles;
   }
   if (forward_dots(rows, bf16_weights)) return ForwardPath::kDots;
   if (forward_broadcasts(rows, bf16_weights)) return ForwardPath::kBroadcast;
@@ -264,8 +275,9 @@ inline WgradPath wgrad_path(int64_t rows, DType x, DType dy, const SetCaps& set)
   return rows <= kOuterDepth ? WgradPath::kPanels : WgradPath::kOuter;
 }
 
-// How forward sums row r (counted within its expert) of an expert of `rows` rows: one chain of
-// fused multiply-adds over in_features in order (the broadcast and packed paths: the same bits),
+// How forward sums row r (counted within its expert) of an expert of `rows` rows at a depth of
+// `depth` (in_features): one chain of fused multiply-adds over in_features in order (the broadcast
+// and packed paths: the same bits),
 // dot tiles in kDotDepth blocks (experts with few rows), dot tiles in kBroadcastDepth blocks
 // (an expert's last few rows in the broadcast path), the pair kernels' chain (BF16 x BF16 on a
 // set with pair kernels: `pair_kernels`), or, for experts of a few rows on a set with
@@ -273,10 +285,10 @@ inline WgradPath wgrad_path(int64_t rows, DType x, DType dy, const SetCaps& set)
 // BF16 forward matches the F32 forward on the widened values, rounded, where both use one FMA
 // chain.
 enum class ForwardChain { kFma, kDot, kDotTail, kPairs, kPairDots };
-inline ForwardChain forward_chain(int64_t rows, int64_t r, bool bf16, bool pair_kernels,
-                                  bool few_rows) {
+inline ForwardChain forward_chain(int64_t rows, int64_t depth, int64_t r, bool bf16,
+                                  bool pair_kernels, bool few_rows) {
   const DType d = bf16 ? DType::BF16 : DType::F32;
-  switch (forward_path(rows, d, d, {pair_kernels, few_rows, false, false})) {
+  switch (forward_path(rows, depth, d, d, {pair_kernels, few_rows, false, false})) {
     case ForwardPath::kPairDots:
       return ForwardChain::kPairDots;
     case ForwardPath::kPairTiles:

@@ -452,7 +452,7 @@ TEST_P(KernelSetTest, GroupedGemmGivesAvx2BitsOrItsPairChain) {
         const bool fwd_pairs = kernels::forward_pairs(m, pairs, pairs, few);
         const bool dgrad_pairs = kernels::dgrad_pairs(m, pairs, pairs);
         for (int64_t r = first[e]; r < first[e] + m; ++r) {
-          const bool fwd_dots = kernels::forward_chain(m, r - first[e], pairs, pairs, few) ==
+          const bool fwd_dots = kernels::forward_chain(m, c.in, r - first[e], pairs, pairs, few) ==
                                 kernels::ForwardChain::kPairDots;
           if (!fwd_pairs) {
             EXPECT_TRUE(want.y.select(r).bit_equal(got.y.select(r))) << "forward row " << r;

@@ -168,8 +168,8 @@ TEST_F(KernelsTest, Bf16IsF32OnWidenedValuesRoundedOnce) {
           EXPECT_TRUE(rounded_dx.select(row).bit_equal(b.dx.select(row))) << "dgrad row " << row;
         }
         const bool few = kernels::micro_kernels().dot_tile_pairs != nullptr;
-        if (kernels::forward_chain(c.splits[e], r, true, pairs, few) !=
-            kernels::forward_chain(c.splits[e], r, false, false, false)) {
+        if (kernels::forward_chain(c.splits[e], c.in, r, true, pairs, few) !=
+            kernels::forward_chain(c.splits[e], c.in, r, false, false, false)) {
           continue;
         }
         ++same_chain_rows;

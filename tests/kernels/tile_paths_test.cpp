@@ -1,6 +1,6 @@
 // The path rules by themselves (tile_paths.hpp): which loops an expert's tiles run, as a pure
-// function of the operation, the expert's rows, the dtypes and what the kernel set has. Each
-// boundary is checked on both sides, for every kind of set.
+// function of the operation, the expert's rows, the dtypes, what the kernel set has and, for the
+// forward, the depth. Each boundary is checked on both sides, for every kind of set.
 #include "kernels/tile_paths.hpp"
 
 #include <gtest/gtest.h>
@@ -16,40 +16,68 @@ constexpr SetCaps kBf16Fp8Pairs{true, true, true, true, true};  // AVX512-BF16 w
 // AMX: pair tiles (long runs), no dots, no pair rows.
 constexpr SetCaps kAmx{true, false, false, false, false, true};
 constexpr DType kF32 = DType::F32, kBf16 = DType::BF16, kFp8 = DType::F8_E4M3;
+// A depth (in_features) past the shallow bound of the forward's pair dots: the rules by rows alone.
+constexpr int64_t kDeep = kPairDotShallowMaxDepth + 1;
 
 TEST(TilePaths, ForwardOfF32WeightsByRows) {
   for (const SetCaps& set : {kWidening, kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
-    EXPECT_EQ(forward_path(1, kF32, kF32, set), ForwardPath::kDots);
-    EXPECT_EQ(forward_path(kDotMaxRows, kF32, kF32, set), ForwardPath::kDots);
-    EXPECT_EQ(forward_path(kDotMaxRows + 1, kF32, kF32, set), ForwardPath::kBroadcast);
-    EXPECT_EQ(forward_path(kBroadcastMaxRows, kF32, kF32, set), ForwardPath::kBroadcast);
-    EXPECT_EQ(forward_path(kBroadcastMaxRows + 1, kF32, kF32, set), ForwardPath::kOuter);
+    EXPECT_EQ(forward_path(1, kDeep, kF32, kF32, set), ForwardPath::kDots);
+    EXPECT_EQ(forward_path(kDotMaxRows, kDeep, kF32, kF32, set), ForwardPath::kDots);
+    EXPECT_EQ(forward_path(kDotMaxRows + 1, kDeep, kF32, kF32, set), ForwardPath::kBroadcast);
+    EXPECT_EQ(forward_path(kBroadcastMaxRows, kDeep, kF32, kF32, set), ForwardPath::kBroadcast);
+    EXPECT_EQ(forward_path(kBroadcastMaxRows + 1, kDeep, kF32, kF32, set), ForwardPath::kOuter);
     // F32 x beside BF16 weights never takes the pair kernels.
-    EXPECT_EQ(forward_path(200, kF32, kBf16, set), ForwardPath::kOuter);
+    EXPECT_EQ(forward_path(200, kDeep, kF32, kBf16, set), ForwardPath::kOuter);
   }
 }
 
 TEST(TilePaths, ForwardOfBf16WeightsWidenedWithoutPairKernels) {
-  EXPECT_EQ(forward_path(kDotMaxRowsBf16, kBf16, kBf16, kWidening), ForwardPath::kDots);
-  EXPECT_EQ(forward_path(kDotMaxRowsBf16 + 1, kBf16, kBf16, kWidening), ForwardPath::kOuter);
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16, kDeep, kBf16, kBf16, kWidening), ForwardPath::kDots);
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16 + 1, kDeep, kBf16, kBf16, kWidening), ForwardPath::kOuter);
   // Wasteful last panels of x (tails of 1-4 and 9-12 rows) pack rather than broadcast.
-  EXPECT_EQ(forward_path(16 + 5, kBf16, kBf16, kWidening), ForwardPath::kBroadcast);
-  EXPECT_EQ(forward_path(16 + 4, kBf16, kBf16, kWidening), ForwardPath::kOuter);
-  EXPECT_EQ(forward_path(16 + 12, kBf16, kBf16, kWidening), ForwardPath::kOuter);
-  EXPECT_EQ(forward_path(32, kBf16, kBf16, kWidening), ForwardPath::kBroadcast);
-  EXPECT_EQ(forward_path(16 + 4, kF32, kF32, kWidening), ForwardPath::kBroadcast);
+  EXPECT_EQ(forward_path(16 + 5, kDeep, kBf16, kBf16, kWidening), ForwardPath::kBroadcast);
+  EXPECT_EQ(forward_path(16 + 4, kDeep, kBf16, kBf16, kWidening), ForwardPath::kOuter);
+  EXPECT_EQ(forward_path(16 + 12, kDeep, kBf16, kBf16, kWidening), ForwardPath::kOuter);
+  EXPECT_EQ(forward_path(32, kDeep, kBf16, kBf16, kWidening), ForwardPath::kBroadcast);
+  EXPECT_EQ(forward_path(16 + 4, kDeep, kF32, kF32, kWidening), ForwardPath::kBroadcast);
 }
 
 TEST(TilePaths, ForwardOfBf16OperandsOnPairKernels) {
   for (const SetCaps& set : {kBf16Pairs, kBf16Fp8Pairs}) {
-    EXPECT_EQ(forward_path(1, kBf16, kBf16, set), ForwardPath::kPairDots);
-    EXPECT_EQ(forward_path(kPairDotMaxRows, kBf16, kBf16, set), ForwardPath::kPairDots);
-    EXPECT_EQ(forward_path(kPairDotMaxRows + 1, kBf16, kBf16, set), ForwardPath::kPairTiles);
-    EXPECT_EQ(forward_path(5000, kBf16, kBf16, set), ForwardPath::kPairTiles);
+    EXPECT_EQ(forward_path(1, kDeep, kBf16, kBf16, set), ForwardPath::kPairDots);
+    EXPECT_EQ(forward_path(kPairDotMaxRows, kDeep, kBf16, kBf16, set), ForwardPath::kPairDots);
+    EXPECT_EQ(forward_path(kPairDotMaxRows + 1, kDeep, kBf16, kBf16, set), ForwardPath::kPairTiles);
+    EXPECT_EQ(forward_path(5000, kDeep, kBf16, kBf16, set), ForwardPath::kPairTiles);
   }
   // AMX has no pair dots: a few rows stay on widened dot tiles.
-  EXPECT_EQ(forward_path(kDotMaxRowsBf16, kBf16, kBf16, kAmx), ForwardPath::kDots);
-  EXPECT_EQ(forward_path(kDotMaxRowsBf16 + 1, kBf16, kBf16, kAmx), ForwardPath::kPairTiles);
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16, kDeep, kBf16, kBf16, kAmx), ForwardPath::kDots);
+  EXPECT_EQ(forward_path(kPairDotShallowMaxRows, 64, kBf16, kBf16, kAmx), ForwardPath::kPairTiles);
+  EXPECT_EQ(forward_path(kDotMaxRowsBf16 + 1, kDeep, kBf16, kBf16, kAmx), ForwardPath::kPairTiles);
+}
+
+TEST(TilePaths, ForwardPairDotsTakeMoreRowsWhereTheDepthIsShallow) {
+  static_assert(kPairDotMaxRows < kPairDotShallowMaxRows);
+  constexpr int64_t kShallow = kPairDotShallowMaxDepth;
+  for (const SetCaps& set : {kBf16Pairs, kBf16Fp8Pairs}) {
+    EXPECT_EQ(forward_path(kPairDotShallowMaxRows, kShallow, kBf16, kBf16, set),
+              ForwardPath::kPairDots);
+    EXPECT_EQ(forward_path(kPairDotMaxRows + 1, 1, kBf16, kBf16, set), ForwardPath::kPairDots);
+    EXPECT_EQ(forward_path(kPairDotShallowMaxRows + 1, kShallow, kBf16, kBf16, set),
+              ForwardPath::kPairTiles);
+    EXPECT_EQ(forward_path(kPairDotMaxRows + 1, kShallow + 1, kBf16, kBf16, set),
+              ForwardPath::kPairTiles);
+    EXPECT_EQ(forward_path(kPairDotMaxRows, kShallow + 1, kBf16, kBf16, set),
+              ForwardPath::kPairDots);
+    // F32 x or FP8 weights keep their own paths at any depth.
+    EXPECT_EQ(forward_path(kPairDotShallowMaxRows, kShallow, kF32, kF32, set), ForwardPath::kDots);
+  }
+  EXPECT_EQ(forward_path(kPairDotShallowMaxRows, kShallow, kBf16, kFp8, kBf16Fp8Pairs),
+            ForwardPath::kFp8PairDots);
+  EXPECT_EQ(
+      forward_chain(kPairDotShallowMaxRows, kShallow, kPairDotShallowMaxRows - 1, true, true, true),
+      ForwardChain::kPairDots);
+  EXPECT_EQ(forward_chain(kPairDotShallowMaxRows, kShallow + 1, 0, true, true, true),
+            ForwardChain::kPairs);
 }
 
 TEST(TilePaths, DgradInPlaceDepthBlocksByTileRows) {
@@ -62,16 +90,17 @@ TEST(TilePaths, DgradInPlaceDepthBlocksByTileRows) {
 }
 
 TEST(TilePaths, ForwardOfFp8Weights) {
-  EXPECT_EQ(forward_path(1, kBf16, kFp8, kBf16Fp8Pairs), ForwardPath::kFp8PairDots);
-  EXPECT_EQ(forward_path(kFp8DotMaxRows, kBf16, kFp8, kBf16Fp8Pairs), ForwardPath::kFp8PairDots);
-  EXPECT_EQ(forward_path(kFp8DotMaxRows + 1, kBf16, kFp8, kBf16Fp8Pairs),
+  EXPECT_EQ(forward_path(1, kDeep, kBf16, kFp8, kBf16Fp8Pairs), ForwardPath::kFp8PairDots);
+  EXPECT_EQ(forward_path(kFp8DotMaxRows, kDeep, kBf16, kFp8, kBf16Fp8Pairs),
+            ForwardPath::kFp8PairDots);
+  EXPECT_EQ(forward_path(kFp8DotMaxRows + 1, kDeep, kBf16, kFp8, kBf16Fp8Pairs),
             ForwardPath::kFp8PairTiles);
   // Without the FP8 pair kernels, or beside F32 x, FP8 codes decode to F32 values.
   for (const SetCaps& set : {kWidening, kBf16Pairs, kAmx}) {
-    EXPECT_EQ(forward_path(kDotMaxRows, kBf16, kFp8, set), ForwardPath::kDots);
-    EXPECT_EQ(forward_path(kDotMaxRows + 1, kBf16, kFp8, set), ForwardPath::kBroadcast);
+    EXPECT_EQ(forward_path(kDotMaxRows, kDeep, kBf16, kFp8, set), ForwardPath::kDots);
+    EXPECT_EQ(forward_path(kDotMaxRows + 1, kDeep, kBf16, kFp8, set), ForwardPath::kBroadcast);
   }
-  EXPECT_EQ(forward_path(4, kF32, kFp8, kBf16Fp8Pairs), ForwardPath::kDots);
+  EXPECT_EQ(forward_path(4, kDeep, kF32, kFp8, kBf16Fp8Pairs), ForwardPath::kDots);
 }
 
 TEST(TilePaths, ForwardPairTilesTurnWhereXFillsItsStrips) {
@@ -143,18 +172,18 @@ TEST(TilePaths, PairTilesSumAShortLastStripByPairDots) {
 // forward_chain (which chain of operations a row's sums get, for the tests' models) reads the
 // same rules.
 TEST(TilePaths, ForwardChainFollowsTheForwardPath) {
-  EXPECT_EQ(forward_chain(3, 0, true, true, true), ForwardChain::kPairDots);
-  EXPECT_EQ(forward_chain(3, 0, true, true, false), ForwardChain::kDot);
-  EXPECT_EQ(forward_chain(kPairDotMaxRows, kPairDotMaxRows - 1, true, true, true),
+  EXPECT_EQ(forward_chain(3, kDeep, 0, true, true, true), ForwardChain::kPairDots);
+  EXPECT_EQ(forward_chain(3, kDeep, 0, true, true, false), ForwardChain::kDot);
+  EXPECT_EQ(forward_chain(kPairDotMaxRows, kDeep, kPairDotMaxRows - 1, true, true, true),
             ForwardChain::kPairDots);
-  EXPECT_EQ(forward_chain(kPairDotMaxRows + 1, 0, true, true, true), ForwardChain::kPairs);
-  EXPECT_EQ(forward_chain(33, 31, true, true, true), ForwardChain::kPairs);
-  EXPECT_EQ(forward_chain(33, 32, true, true, true), ForwardChain::kPairDots);
-  EXPECT_EQ(forward_chain(33, 32, true, true, false), ForwardChain::kPairs);
-  EXPECT_EQ(forward_chain(8, 0, false, true, true), ForwardChain::kDot);
-  EXPECT_EQ(forward_chain(17, 0, false, false, false), ForwardChain::kFma);
-  EXPECT_EQ(forward_chain(17, 16, false, false, false), ForwardChain::kDotTail);
-  EXPECT_EQ(forward_chain(200, 199, false, false, false), ForwardChain::kFma);
+  EXPECT_EQ(forward_chain(kPairDotMaxRows + 1, kDeep, 0, true, true, true), ForwardChain::kPairs);
+  EXPECT_EQ(forward_chain(33, kDeep, 31, true, true, true), ForwardChain::kPairs);
+  EXPECT_EQ(forward_chain(33, kDeep, 32, true, true, true), ForwardChain::kPairDots);
+  EXPECT_EQ(forward_chain(33, kDeep, 32, true, true, false), ForwardChain::kPairs);
+  EXPECT_EQ(forward_chain(8, kDeep, 0, false, true, true), ForwardChain::kDot);
+  EXPECT_EQ(forward_chain(17, kDeep, 0, false, false, false), ForwardChain::kFma);
+  EXPECT_EQ(forward_chain(17, kDeep, 16, false, false, false), ForwardChain::kDotTail);
+  EXPECT_EQ(forward_chain(200, kDeep, 199, false, false, false), ForwardChain::kFma);
 }
 
 TEST(TilePaths, SetCapsReadTheSet) {
