@@ -178,41 +178,66 @@ GROUPLIN_AVX512 inline void fma_rows_block(int64_t rows, int64_t depth, const fl
   }
 }
 
-// c[j] += av * b[j] for j < cols: 64 columns per step, then 16, then a masked tail, so that
-// every element gets one fused multiply-add (the AVX2 set's, 16 lanes at a time).
-template <bool kBf16>
-GROUPLIN_AVX512 inline void fma_row(float av_scalar, const unsigned char* bp, float* cr,
-                                    int64_t cols, __mmask16 tail) {
+// c[j] += a[0] * b[0][j], then a[1] * b[1][j], ... for j < cols (S weight rows, row q at
+// b + q * row_bytes): each element's S fused multiply-adds in depth order in a register, c loaded
+// and stored once for them; 64 columns per step, then 16, then a masked tail (every element the
+// AVX2 set's chain, 16 lanes at a time).
+template <bool kBf16, int S>
+GROUPLIN_AVX512 inline __m512 fma_column_steps(const __m512 (&av)[S], const unsigned char* b,
+                                               int64_t row_bytes, __m512 acc) {
+#pragma GCC unroll 8
+  for (int q = 0; q < S; ++q) {
+    const __m512 bv = load_b16<kBf16, false>(b + q * row_bytes);
+    acc = _mm512_fmadd_ps(av[q], bv, acc);
+  }
+  return acc;
+}
+template <bool kBf16, int S>
+GROUPLIN_AVX512 inline void fma_row_steps(const float* a, const unsigned char* b, int64_t row_bytes,
+                                          float* cr, int64_t cols, __mmask16 tail) {
   const int64_t elem = kBf16 ? 2 : 4;
-  const __m512 av = _mm512_set1_ps(av_scalar);
+  __m512 av[S];
+#pragma GCC unroll 8
+  for (int q = 0; q < S; ++q) av[q] = _mm512_set1_ps(a[q]);
   const int64_t full = cols / 16 * 16;
   int64_t j = 0;
   for (; j + 64 <= full; j += 64) {
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       float* cv = cr + j + 16 * v;
-      const __m512 bv = load_b16<kBf16, false>(bp + (j + 16 * v) * elem);
-      _mm512_storeu_ps(cv, _mm512_fmadd_ps(av, bv, _mm512_loadu_ps(cv)));
+      const __m512 sums =
+          fma_column_steps<kBf16, S>(av, b + (j + 16 * v) * elem, row_bytes, _mm512_loadu_ps(cv));
+      _mm512_storeu_ps(cv, sums);
     }
   }
   for (; j < full; j += 16) {
-    const __m512 bv = load_b16<kBf16, false>(bp + j * elem);
-    _mm512_storeu_ps(cr + j, _mm512_fmadd_ps(av, bv, _mm512_loadu_ps(cr + j)));
+    const __m512 sums =
+        fma_column_steps<kBf16, S>(av, b + j * elem, row_bytes, _mm512_loadu_ps(cr + j));
+    _mm512_storeu_ps(cr + j, sums);
   }
   if (j < cols) {
-    const __m512 bv = load_b_tail<kBf16>(bp + j * elem, cols - j, tail);
-    _mm512_mask_storeu_ps(cr + j, tail,
-                          _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(tail, cr + j)));
+    __m512 acc = _mm512_maskz_loadu_ps(tail, cr + j);
+#pragma GCC unroll 8
+    for (int q = 0; q < S; ++q) {
+      const __m512 bv = load_b_tail<kBf16>(b + q * row_bytes + j * elem, cols - j, tail);
+      acc = _mm512_fmadd_ps(av[q], bv, acc);
+    }
+    _mm512_mask_storeu_ps(cr + j, tail, acc);
   }
 }
 
+// Weight rows per pass of fma_rows_avx512's few-row dgrad, for two rows of c or more.
+constexpr int kRowSteps = 8;
+
 // c[r][j] += the sum over p of a[r][p] * b[p][j], one fused multiply-add per element and depth
 // step in p order, starting from c (the AVX2 set's chains, 16 lanes at a time). A depth longer
-// than the rows (dgrad of a few rows, streaming the weights): row by row of B, each whole row
-// read once, in order, into every row of c (through memory). Otherwise (wgrad of a few rows'
-// depth): by blocks of 64 columns, then 16, then a masked tail, each row's sums in registers
-// across the depth (wgrad ran slower loading and storing c at every depth step; dgrad ran slower
-// with its sums in registers: docs/PERFORMANCE.md).
+// than the rows (dgrad of a few rows, streaming the weights): B's rows in order, kRowSteps at a
+// time into each row of c, whose sums pass through memory once per kRowSteps rows of B instead
+// of once per row; a single row of c takes B one row at a time (one stream of weights: see
+// docs/PERFORMANCE.md, "F32 dgrad of 2-4 rows"). Otherwise (wgrad of a few rows' depth): by
+// blocks of 64 columns, then 16, then a masked tail, each row's sums in registers across the
+// depth (wgrad ran slower loading and storing c at every depth step; dgrad ran slower with its
+// sums in registers across the whole depth: docs/PERFORMANCE.md).
 template <bool kBf16>
 GROUPLIN_AVX512 void fma_rows_avx512(int64_t rows, int64_t depth, const float* a, int64_t lda,
                                      const void* b, int64_t ldb, int64_t cols, float* c,
@@ -222,9 +247,17 @@ GROUPLIN_AVX512 void fma_rows_avx512(int64_t rows, int64_t depth, const float* a
   const auto* bytes = static_cast<const unsigned char*>(b);
   if (depth > rows) {
     const auto tail = static_cast<__mmask16>((1u << (cols % 16)) - 1);
-    for (int64_t p = 0; p < depth; ++p) {
+    int64_t p = 0;
+    for (; rows > 1 && p + kRowSteps <= depth; p += kRowSteps) {
+      for (int64_t r = 0; r < rows; ++r) {
+        fma_row_steps<kBf16, kRowSteps>(a + r * lda + p, bytes + p * row_bytes, row_bytes,
+                                        c + r * ldc, cols, tail);
+      }
+    }
+    for (; p < depth; ++p) {
       for (int64_t r = 0; r < rows; ++r)
-        fma_row<kBf16>(a[r * lda + p], bytes + p * row_bytes, c + r * ldc, cols, tail);
+        fma_row_steps<kBf16, 1>(a + r * lda + p, bytes + p * row_bytes, row_bytes, c + r * ldc,
+                                cols, tail);
     }
     return;
   }

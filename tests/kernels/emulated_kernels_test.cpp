@@ -127,7 +127,9 @@ TEST_P(KernelSetTest, FmaRowsEqualAvx2BitsAndWriteOnlyTheirColumns) {
   const int64_t ld = 131;
   for (int64_t cols : {1, 15, 16, 17, 63, 64, 65, 100}) {
     for (int64_t rows : {1, 3, 8}) {
-      for (int64_t depth : {2, 5}) {
+      // Depths past the rows take dgrad's order (several weight rows per pass over c from 2 rows
+      // of c: 19 = 2 passes of 8 and 3 single rows), the others wgrad's.
+      for (int64_t depth : {2, 5, 19}) {
         const std::vector<float> a = random_floats(static_cast<size_t>(rows * depth), 3);
         const std::vector<float> b = random_floats(static_cast<size_t>(depth * ld), 4);
         std::vector<uint16_t> half(b.size());
