@@ -119,8 +119,9 @@ inline bool forward_pair_dots(int64_t rows, int64_t depth, bool bf16_operands, b
   const int64_t most = depth <= kPairDotShallowMaxDepth ? kPairDotShallowMaxRows : kPairDotMaxRows;
   return pair_dots && bf16_operands && rows > 0 && rows <= most;
 }
-// (forward_dots takes at most kDotMaxRowsBf16 BF16 rows, which every depth's forward_pair_dots
-// takes on a set with dot_tile_pairs: the depth does not decide this.)
+// Whether the forward of an expert of `rows` rows runs the pair kernels (dots or tiles). Which of
+// the two is forward_pair_dots' choice; here it only answers for the rows forward_dots would
+// take (at most kDotMaxRowsBf16), which it takes at every depth: hence the depth 0.
 inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, bool few_rows) {
   return pair_kernels && bf16_operands &&
          (!forward_dots(rows, true) || forward_pair_dots(rows, 0, true, few_rows));
@@ -277,13 +278,12 @@ inline WgradPath wgrad_path(int64_t rows, DType x, DType dy, const SetCaps& set)
 
 // How forward sums row r (counted within its expert) of an expert of `rows` rows at a depth of
 // `depth` (in_features): one chain of fused multiply-adds over in_features in order (the broadcast
-// and packed paths: the same bits),
-// dot tiles in kDotDepth blocks (experts with few rows), dot tiles in kBroadcastDepth blocks
-// (an expert's last few rows in the broadcast path), the pair kernels' chain (BF16 x BF16 on a
-// set with pair kernels: `pair_kernels`), or, for experts of a few rows on a set with
-// dot_tile_pairs (`few_rows`), its 16 lane chains. The choice depends on the weights' dtype, so a
-// BF16 forward matches the F32 forward on the widened values, rounded, where both use one FMA
-// chain.
+// and packed paths: the same bits), dot tiles in kDotDepth blocks (experts with few rows), dot
+// tiles in kBroadcastDepth blocks (an expert's last few rows in the broadcast path), the pair
+// kernels' chain (BF16 x BF16 on a set with pair kernels: `pair_kernels`), or, for experts of a
+// few rows on a set with dot_tile_pairs (`few_rows`), its 16 lane chains. The choice depends on the
+// weights' dtype, so a BF16 forward matches the F32 forward on the widened values, rounded, where
+// both use one FMA chain.
 enum class ForwardChain { kFma, kDot, kDotTail, kPairs, kPairDots };
 inline ForwardChain forward_chain(int64_t rows, int64_t depth, int64_t r, bool bf16,
                                   bool pair_kernels, bool few_rows) {
