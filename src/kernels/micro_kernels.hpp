@@ -68,9 +68,12 @@ struct F32Products {
   // c[i * ldc + j] += sum over k < kc of a[i * lda + k] * b[j * ldb + k], for i < mr, j < nr.
   // Each sum is formed in 8 partial sums (k mod 8, fused multiply-adds in k order), added
   // pairwise in a fixed tree, then added to c once.
+  // `ahead`: where the caller reads next, or null: nr rows of B's dtype, ldb apart, prefetched
+  // at the columns read as they are read (a line per 64 bytes of B; sets may ignore it; keep it
+  // inside the matrix).
   // Requires: 1 <= mr <= kDotRows, 1 <= nr <= kDotCols, kc >= 0.
   void (*dot_tile)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b,
-                   int64_t ldb, float* c, int64_t ldc);
+                   int64_t ldb, float* c, int64_t ldc, const void* ahead);
   // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * b[p * ldb + j], for i < mr, j < nr, with
   // A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1, a_step kOuterRows) or rows of
   // a matrix read in place (a_row = its ld, a_step 1); B a packed B-panel (ldb kOuterCols) or

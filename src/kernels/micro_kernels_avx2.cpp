@@ -52,7 +52,7 @@ GROUPLIN_AVX2 inline __m256 load_b_tail(const void* b, int64_t k, int64_t n, __m
 // B is F32 or (kBf16) BF16 bits widened in registers.
 template <int MR, int NR, bool kBf16>
 GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, const void* b,
-                                       int64_t ldb, float* c, int64_t ldc) {
+                                       int64_t ldb, float* c, int64_t ldc, const void* ahead) {
   const int64_t elem = kBf16 ? 2 : 4;
   const auto* bytes = static_cast<const std::byte*>(b);
   __m256 acc[MR][NR];
@@ -61,8 +61,13 @@ GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, 
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
   }
+  const auto* next = static_cast<const char*>(ahead);
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8) {
+    if (next != nullptr && k * elem % 64 == 0) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) _mm_prefetch(next + (j * ldb + k) * elem, _MM_HINT_T0);
+    }
     __m256 bv[NR];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) bv[j] = load_b8<kBf16>(bytes + j * ldb * elem, k);
@@ -85,7 +90,8 @@ GROUPLIN_AVX2 void dot_tile_avx2_fixed(int64_t kc, const float* a, int64_t lda, 
   }
 }
 
-using DotFixed = void (*)(int64_t, const float*, int64_t, const void*, int64_t, float*, int64_t);
+using DotFixed = void (*)(int64_t, const float*, int64_t, const void*, int64_t, float*, int64_t,
+                          const void*);
 
 template <int MR, bool kBf16>
 constexpr DotFixed kDotRow[kDotCols] = {dot_tile_avx2_fixed<MR, 1, kBf16>,
@@ -97,8 +103,8 @@ constexpr const DotFixed* kDotTable[kDotRows] = {kDotRow<1, kBf16>, kDotRow<2, k
 
 template <bool kBf16>
 void dot_tile_avx2(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b,
-                   int64_t ldb, float* c, int64_t ldc) {
-  kDotTable<kBf16>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc);
+                   int64_t ldb, float* c, int64_t ldc, const void* ahead) {
+  kDotTable<kBf16>[mr - 1][nr - 1](kc, a, lda, b, ldb, c, ldc, ahead);
 }
 
 // MR x NV accumulators of 8 lanes (12 at 6 x 2), NV loads of B and MR broadcasts of A per step.

@@ -29,7 +29,7 @@ float load_as_f32(const void* src, bool bf16, int64_t at) {
 
 template <bool kBf16>
 void dot_tile_portable(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b,
-                       int64_t ldb, float* c, int64_t ldc) {
+                       int64_t ldb, float* c, int64_t ldc, const void* /*ahead*/) {
   for (int i = 0; i < mr; ++i) {
     for (int j = 0; j < nr; ++j) {
       float lanes[8] = {};

@@ -12,36 +12,25 @@
 namespace grouplin::kernels {
 namespace {
 
-// Prefetch distance of the forward dot tiles: kDotAhead groups of weight rows.
-constexpr int64_t kDotAhead = 4;
-
 // For each K block: x rows (widened once per block if BF16) against 3 W rows at a time (widened
 // once per block if BF16), 4 x 3 dot tiles into c.
 void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, float* c, int64_t ldc,
                  const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
   const int64_t in = args.in_features;
-  // The weights stream once, in groups of kDotCols rows x kDotDepth: prefetch kDotAhead groups
-  // ahead (rows are a page apart, where hardware prefetchers stop).
-  const int64_t groups = (t.cols + kDotCols - 1) / kDotCols;
-  const auto prefetch_group = [&](int64_t g) {
-    const int64_t k0 = g / groups * kDotDepth, j = g % groups * kDotCols;
-    if (k0 >= in) return;
-    const Region r = region_of(w, t.col0 + j, std::min<int64_t>(kDotCols, t.cols - j), k0,
-                               std::min(kDotDepth, in - k0));
-    Prefetcher(r, 1).step();
-  };
-  int64_t group = 0;
-  for (int64_t g = 0; g < kDotAhead; ++g) prefetch_group(g);
   for (int64_t k0 = 0; k0 < in; k0 += kDotDepth) {
     const int64_t kc = std::min(kDotDepth, in - k0);
     const F32Rows xr = f32_rows(args.x, t.row0, t.rows, k0, kc, s.a);
     const float* xp = xr.data;
     const int64_t ldx = xr.ld;
-    for (int64_t j = 0; j < t.cols; j += kDotCols, ++group) {
-      prefetch_group(group + kDotAhead);
+    for (int64_t j = 0; j < t.cols; j += kDotCols) {
       const int nr = static_cast<int>(std::min<int64_t>(kDotCols, t.cols - j));
       const std::byte* wp = element(w, t.col0 + j, k0);
+      // The weight rows two groups on, prefetched by the first row group's call as it reads these
+      // (a burst per group ahead, or one group on, left the stream at half the rate at 4-8 rows:
+      // docs/PERFORMANCE.md, "Forward dot tiles prefetch as they read").
+      const std::byte* ahead =
+          j + 2 * kDotCols + nr <= t.cols ? element(w, t.col0 + j + 2 * kDotCols, k0) : nullptr;
       // FP8 rows are decoded in registers, or (sets without dot_tile_fp8) here, nr x kc at a time
       // (in L1), and read as F32 rows.
       const bool fp8 = w.dtype == DType::F8_E4M3, fused = fp8 && mk.dot_tile_fp8 != nullptr;
@@ -49,17 +38,17 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
           fp8 && !fused ? f32_rows(w, t.col0 + j, nr, k0, kc, s.b) : F32Rows{nullptr, 0};
       for (int64_t i = 0; i < t.rows; i += kDotRows) {
         const int mr = static_cast<int>(std::min<int64_t>(kDotRows, t.rows - i));
+        const std::byte* next = i == 0 ? ahead : nullptr;
         if (fused) {
-          // The rows two groups on, prefetched as these are read (two groups on beat one:
-          // docs/PERFORMANCE.md, "Measurements behind the code's comments").
           Fp8Operand b = fp8_operand(w, t.col0 + j, k0);
-          if (i == 0 && j + 2 * kDotCols < t.cols) b.ahead = b.codes + 2 * kDotCols * w.ld;
+          b.ahead = reinterpret_cast<const uint8_t*>(next);
           mk.dot_tile_fp8(mr, nr, kc, xp + i * ldx, ldx, b, c + i * ldc + j, ldc);
         } else if (wd.data != nullptr) {
-          mk.f32.dot_tile(mr, nr, kc, xp + i * ldx, ldx, wd.data, wd.ld, c + i * ldc + j, ldc);
+          mk.f32.dot_tile(mr, nr, kc, xp + i * ldx, ldx, wd.data, wd.ld, c + i * ldc + j, ldc,
+                          nullptr);
         } else {
           mk.for_b(w.dtype == DType::BF16)
-              .dot_tile(mr, nr, kc, xp + i * ldx, ldx, wp, w.ld, c + i * ldc + j, ldc);
+              .dot_tile(mr, nr, kc, xp + i * ldx, ldx, wp, w.ld, c + i * ldc + j, ldc, next);
         }
       }
     }
@@ -130,7 +119,7 @@ void forward_broadcast_w(const ForwardArgs& args, const MatrixRef& w, const Tile
         for (int64_t i = 0; i < dot_rows; i += kDotRows) {
           const int mr = static_cast<int>(std::min<int64_t>(kDotRows, dot_rows - i));
           mk.f32.dot_tile(mr, nr, kc, xd.data + i * xd.ld, xd.ld, a + j * lda, lda,
-                          bs.tail + i * t.cols + n + j, t.cols);
+                          bs.tail + i * t.cols + n + j, t.cols, nullptr);
         }
       }
     }
