@@ -3,8 +3,9 @@
 // output element gets the fused multiply-adds of the AVX2 set in the same order, so this set's F32
 // results are the AVX2 set's, bit for bit; only the register tile is wider (6 rows x 4 strips of 16
 // columns: 24 of the 32 zmm registers hold sums, 4 hold B, 1 the broadcast A value). The dot tiles,
-// bgrad's row sums and the data movement stay AVX2's: they are memory-bound, and 8-lane partial
-// sums there keep the bits of the AVX2 set.
+// bgrad's row sums and the data movement stay AVX2's: they are bound by memory (dot tiles holding
+// two rows' 8-lane sums per zmm register, the same bits, ran no faster on a Zen 5:
+// docs/PERFORMANCE.md), and 8-lane partial sums there keep the bits of the AVX2 set.
 //
 // Written for the register file and ports of Intel's AVX-512 cores (two 512-bit FMA units, two
 // loads per cycle: per depth step, 24 fused multiply-adds against 4 B loads and 6 broadcasts);
@@ -294,7 +295,7 @@ GROUPLIN_AVX512 void stream_zeros_avx512(std::byte* dst, int64_t bytes) {
   for (; i < bytes; ++i) dst[i] = std::byte{0};
 }
 
-// The arithmetic the wider registers speed up; the dot tiles (memory-bound) stay the AVX2 set's.
+// The arithmetic the wider registers speed up; the dot tiles stay the AVX2 set's (above).
 template <bool kBf16>
 void add_products(F32Products& products) {
   products.outer_tile = outer_tile_avx512<kBf16>;
