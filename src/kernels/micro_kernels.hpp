@@ -28,8 +28,12 @@ inline constexpr int kOuterRows = 6;
 inline constexpr int kOuterCols = 16;
 inline constexpr int kDotRows = 4;
 inline constexpr int kDotCols = 3;
-// The most rows of one dot_tile_pairs call.
+// The most rows of one register tile of dot_tile_pairs and dot_tile_fp8_pairs, and of one
+// dot_tile_fp8_pairs call.
 inline constexpr int kPairDotRows = 6;
+// The most rows of one dot_tile_pairs call: past kPairDotRows, two register tiles take each
+// weight row in turn.
+inline constexpr int kPairDotCallRows = 8;
 // The most 16-column strips an outer_strips or pair_tile call takes, in any set.
 inline constexpr int kMaxStrips = 4;
 // Pair panels (pair_tile's B) hold their pair rows in groups of kPairGroup, zero-padded: AMX
@@ -140,7 +144,7 @@ struct MicroKernels {
   // blocks in order; then the chains are added lane by lane as (0 + 1) + (2 + 3), and the lanes
   // l and l + 8, then l and l + 4, l and l + 2, l and l + 1 (plain F32 adds). Null in sets
   // without it (AMX keeps those experts on widened dot tiles: not measured there).
-  // Requires: 1 <= mr <= kPairDotRows, nr >= 1, kc >= 1.
+  // Requires: 1 <= mr <= kPairDotCallRows, nr >= 1, kc >= 1.
   void (*dot_tile_pairs)(int mr, int nr, int64_t kc, const uint16_t* a, int64_t lda,
                          const uint16_t* w, int64_t ldw, float* c, int64_t ldc);
   // c[i * ldc + j] = the sum over p < kc of a[i * lda + p] * W(j, p) for BF16 rows of a and FP8

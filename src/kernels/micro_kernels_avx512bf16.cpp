@@ -274,7 +274,20 @@ void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, in
                                           dot_pairs_fixed<3>, dot_pairs_fixed<4>,
                                           dot_pairs_fixed<5>, dot_pairs_fixed<6>};
   RowsAhead ahead(w, 2 * ldw, 2 * kc, nr, kDotAheadBytes);
-  for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
+  if (mr <= kPairDotRows) {
+    for (int j = 0; j < nr; ++j) kFixed[mr - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
+    return;
+  }
+  // More rows than a register tile holds: two tiles take each weight row in turn, the second
+  // reading it from L1 (faster than one tile over every row and then the other, from L2:
+  // docs/PERFORMANCE.md, "BF16 forward of 7-8 rows: each weight row through both register
+  // tiles in turn").
+  const int first = mr / 2 + mr % 2, second = mr - first;
+  RowsAhead none(w, 0, 64, 0, 0);
+  for (int j = 0; j < nr; ++j) {
+    kFixed[first - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
+    kFixed[second - 1](kc, a + first * lda, lda, w + j * ldw, c + first * ldc + j, ldc, none);
+  }
 }
 
 // dgrad of a few rows on BF16 weights (fma_rows_pairs). vdpbf16ps takes its pairs along the

@@ -275,13 +275,14 @@ void forward_fp8_pair_tiles(const ForwardArgs& args, const MatrixRef& w, const T
 }
 
 // A few rows (dot_tile_pairs): x's rows and the weights' read along the depth as they lie
-// (packed weights are not read: their panels would give these rows the pair_tile chain), in
-// groups of rows as forward_fp8_pair_dots'.
+// (packed weights are not read: their panels would give these rows the pair_tile chain), up to
+// kPairDotCallRows rows per call (the kernel takes each weight row through its register tiles in
+// turn).
 void forward_pair_dots(const ForwardArgs& args, const MatrixRef& w, const Tile& t,
                        const Scratch& s) {
   const MicroKernels& mk = micro_kernels();
   const Accumulator acc = accumulator_for(args.y, t.row0, t.col0, false, false, t, s);
-  const RowPanels groups(t.rows, kPairDotRows);
+  const RowPanels groups(t.rows, kPairDotCallRows);
   for (int64_t g = 0; g < groups.count; ++g) {
     const int64_t i = groups.start(g);
     const int h = groups.height(g);

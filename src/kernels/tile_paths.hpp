@@ -109,9 +109,9 @@ inline constexpr int64_t kDirectMaxDepth = 4;
 // weights, no transposes and no packing, one weight row at a time (one memory stream per core reads
 // faster than several). AMX not measured (it keeps widened dot tiles for 1-3 rows). Experts of up
 // to kPairDotShallowMaxRows rows run it too where the depth is at most kPairDotShallowMaxDepth:
-// their rows go in two groups (4 + 3 or 4 + 4, the second reading the weights again from L2),
-// each group's rows of x (16 KiB at a depth of 2048) in L1 beside the weights' stream, where the
-// turned pair tiles would spend a 16-lane strip on 7-8 rows; deeper, a group's rows of x leave L1.
+// two register tiles (4 + 3 or 4 + 4 rows) take each weight row in turn, x's rows (32 KiB at a
+// depth of 2048) in L1 beside the weights' stream, where the turned pair tiles would spend a
+// 16-lane strip on 7-8 rows; deeper, x's rows leave L1.
 inline constexpr int64_t kPairDotMaxRows = kPairDotRows;
 inline constexpr int64_t kPairDotShallowMaxRows = 8;
 inline constexpr int64_t kPairDotShallowMaxDepth = 2048;
@@ -127,6 +127,7 @@ inline bool forward_pairs(int64_t rows, bool bf16_operands, bool pair_kernels, b
          (!forward_dots(rows, true) || forward_pair_dots(rows, 0, true, few_rows));
 }
 static_assert(kDotMaxRowsBf16 <= kPairDotMaxRows);
+static_assert(kPairDotShallowMaxRows <= kPairDotCallRows && kPairDotCallRows <= 2 * kPairDotRows);
 // FP8 weights against BF16 x or dy, on a set with the FP8 pair kernels (SetCaps), run them
 // (sums scaled block by block, micro_kernels.hpp) instead of the F32 kernels on decoded and
 // scaled codes (the bits of F32 weights holding the dequantized values). Forward of experts of

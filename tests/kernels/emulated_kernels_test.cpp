@@ -195,20 +195,20 @@ TEST_P(KernelSetTest, DotTilePairsFollowsItsLaneChainsAndWritesOnlyItsTile) {
   constexpr int kCols = 5;
   for (int64_t kc : {1, 2, 31, 32, 33, 64, 65, 96, 127, 128, 129, 160, 161, 200, 1000}) {
     const int64_t lda = kc + 3, ldw = kc + 5;
-    std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kernels::kPairDotRows * lda), 21);
+    std::vector<uint16_t> a = random_bf16(static_cast<size_t>(kernels::kPairDotCallRows * lda), 21);
     std::vector<uint16_t> w = random_bf16(static_cast<size_t>(kCols * ldw), 22);
-    for (int64_t i = 0; i < kernels::kPairDotRows; ++i) {
+    for (int64_t i = 0; i < kernels::kPairDotCallRows; ++i) {
       for (int64_t p = kc; p < lda; ++p) a[i * lda + p] = 0x7fc0;  // NaN
     }
     for (int64_t j = 0; j < kCols; ++j) {
       for (int64_t p = kc; p < ldw; ++p) w[j * ldw + p] = 0x7fc0;
     }
-    for (int mr = 1; mr <= kernels::kPairDotRows; ++mr) {
+    for (int mr = 1; mr <= kernels::kPairDotCallRows; ++mr) {
       for (int nr = 1; nr <= kCols; ++nr) {
         const int64_t ldc = kCols + 2;
-        std::vector<float> c(static_cast<size_t>((kernels::kPairDotRows + 1) * ldc), 7.0f);
+        std::vector<float> c(static_cast<size_t>((kernels::kPairDotCallRows + 1) * ldc), 7.0f);
         set_->dot_tile_pairs(mr, nr, kc, a.data(), lda, w.data(), ldw, c.data(), ldc);
-        for (int64_t i = 0; i <= kernels::kPairDotRows; ++i) {
+        for (int64_t i = 0; i <= kernels::kPairDotCallRows; ++i) {
           for (int64_t j = 0; j < ldc; ++j) {
             const float got = c[i * ldc + j];
             if (i >= mr || j >= nr) {
