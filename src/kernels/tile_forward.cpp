@@ -27,7 +27,7 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
       const int nr = static_cast<int>(std::min<int64_t>(kDotCols, t.cols - j));
       const std::byte* wp = element(w, t.col0 + j, k0);
       // The weight rows two groups on, prefetched by the first row group's call as it reads these
-      // (a burst per group ahead, or one group on, left the stream at half the rate at 4-8 rows:
+      // (whole groups prefetched at once ran 0.68-0.81x as fast at 4-8 rows, one group on 0.8x:
       // docs/PERFORMANCE.md, "Forward dot tiles prefetch as they read").
       const std::byte* ahead =
           j + 2 * kDotCols + nr <= t.cols ? element(w, t.col0 + j + 2 * kDotCols, k0) : nullptr;
