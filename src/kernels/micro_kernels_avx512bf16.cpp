@@ -283,7 +283,7 @@ void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, in
   // docs/PERFORMANCE.md, "BF16 forward of 7-8 rows: each weight row through both register
   // tiles in turn").
   const int first = mr / 2 + mr % 2, second = mr - first;
-  RowsAhead none(w, 0, 64, 0, 0);
+  RowsAhead none = RowsAhead::none();
   for (int j = 0; j < nr; ++j) {
     kFixed[first - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
     kFixed[second - 1](kc, a + first * lda, lda, w + j * ldw, c + first * ldc + j, ldc, none);
@@ -431,7 +431,7 @@ void fma_rows_pairs_avx512bf16(int rows, int64_t depth, const uint16_t* a, int64
   const int groups = (rows + kPairRowsGroup - 1) / kPairRowsGroup;
   const int base = rows / groups, taller = rows % groups;  // the first `taller` get base + 1 rows
   alignas(64) uint32_t kept[kPairRowsBlock / 2 * 32];
-  RowsAhead none(w, 0, 64, 0, 0);
+  RowsAhead none = RowsAhead::none();
   for (int64_t p0 = 0; p0 < depth; p0 += kPairRowsBlock) {
     const int64_t p1 = std::min(depth, p0 + kPairRowsBlock);
     const int64_t rows_ahead = std::min(kPairRowsBlock, p1 < depth ? depth - p1 : depth);

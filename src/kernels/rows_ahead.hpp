@@ -40,6 +40,8 @@ class RowsAhead {
       at_ = ahead / 64 % lines_per_row * 64;
     }
   }
+  // A walk over no rows, for the calls that must not prefetch: every step does nothing.
+  static RowsAhead none() { return RowsAhead(nullptr, 0, 64, 0, 0); }
   // The line the next step prefetches, or null once the walk has passed the last row.
   const char* line() const { return rows_left_ > 0 ? row_ + at_ : nullptr; }
   void step() {
