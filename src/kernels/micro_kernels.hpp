@@ -28,6 +28,15 @@ inline constexpr int kOuterRows = 6;
 inline constexpr int kOuterCols = 16;
 inline constexpr int kDotRows = 4;
 inline constexpr int kDotCols = 3;
+// The rows of one F32Products::dot_tile_wide call, and its x operand's layout: for each step of
+// 8 depths, the rows two by two, each pair's 8 values side by side (16 floats; a zero row after
+// an odd last one, zeros past kc), written by interleave_dot_rows (packing.hpp).
+inline constexpr int kDotWideMinRows = 5;
+inline constexpr int kDotWideRows = 8;
+// Floats of dot_tile_wide's x operand for `rows` rows of kc depths.
+inline constexpr int64_t dot_wide_floats(int64_t rows, int64_t kc) {
+  return (kc + 7) / 8 * 8 * ((rows + 1) / 2 * 2);
+}
 // The most rows of one register tile of dot_tile_pairs and dot_tile_fp8_pairs, and of one
 // dot_tile_fp8_pairs call.
 inline constexpr int kPairDotRows = 6;
@@ -78,6 +87,15 @@ struct F32Products {
   // Requires: 1 <= mr <= kDotRows, 1 <= nr <= kDotCols, kc >= 0.
   void (*dot_tile)(int mr, int nr, int64_t kc, const float* a, int64_t lda, const void* b,
                    int64_t ldb, float* c, int64_t ldc, const void* ahead);
+  // dot_tile on 5 to 8 rows of a at once, given interleaved (xi: kDotWideRows above): the same
+  // sums, bit for bit (each element's 8 partial sums in k order, their tree, one addition to c),
+  // with two rows' partial sums side by side in one 16-lane register, so that each row of B is
+  // read once for all the rows and twice as many products run per instruction. Null in sets
+  // without it (B as F32 on the AVX-512 sets only).
+  // Requires: kDotWideMinRows <= mr <= kDotWideRows, 1 <= nr <= kDotCols, kc >= 0; xi 64-byte
+  // aligned.
+  void (*dot_tile_wide)(int mr, int nr, int64_t kc, const float* xi, const void* b, int64_t ldb,
+                        float* c, int64_t ldc, const void* ahead);
   // c[i * ldc + j] (+)= sum over p < kc of A(i, p) * b[p * ldb + j], for i < mr, j < nr, with
   // A(i, p) = a[i * a_row + p * a_step]: a packed A-panel (a_row 1, a_step kOuterRows) or rows of
   // a matrix read in place (a_row = its ld, a_step 1); B a packed B-panel (ldb kOuterCols) or

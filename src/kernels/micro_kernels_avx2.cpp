@@ -234,6 +234,7 @@ GROUPLIN_AVX2 void fma_rows_avx2(int64_t rows, int64_t depth, const float* a, in
 
 template <bool kBf16>
 constexpr F32Products kProducts = {.dot_tile = dot_tile_avx2<kBf16>,
+                                   .dot_tile_wide = nullptr,
                                    .outer_tile = outer_tile_avx2<kBf16>,
                                    .outer_strips = outer_strips_avx2<kBf16>,
                                    .fma_rows = fma_rows_avx2<kBf16>};

@@ -2,10 +2,11 @@
 // fma_rows on 16-lane registers, and the few-row FP8 dgrad of micro_kernels_avx512_fp8.cpp. Each
 // output element gets the fused multiply-adds of the AVX2 set in the same order, so this set's F32
 // results are the AVX2 set's, bit for bit; only the register tile is wider (6 rows x 4 strips of 16
-// columns: 24 of the 32 zmm registers hold sums, 4 hold B, 1 the broadcast A value). The dot tiles,
-// bgrad's row sums and the data movement stay AVX2's: they are bound by memory (dot tiles holding
-// two rows' 8-lane sums per zmm register, the same bits, ran no faster on a Zen 5:
-// docs/PERFORMANCE.md), and 8-lane partial sums there keep the bits of the AVX2 set.
+// columns: 24 of the 32 zmm registers hold sums, 4 hold B, 1 the broadcast A value), and the dot
+// tiles of 5-8 rows (F32 B) hold two rows' 8-lane sums per zmm register, all the rows in one
+// call (each weight row read once: docs/PERFORMANCE.md, "F32 forward of 5-8 rows"). The dot tiles
+// of fewer rows, bgrad's row sums and the data movement stay AVX2's: bound by memory, and 8-lane
+// partial sums there keep the bits of the AVX2 set.
 //
 // Written for the register file and ports of Intel's AVX-512 cores (two 512-bit FMA units, two
 // loads per cycle: per depth step, 24 fused multiply-adds against 4 B loads and 6 broadcasts);
@@ -295,12 +296,108 @@ GROUPLIN_AVX512 void stream_zeros_avx512(std::byte* dst, int64_t bytes) {
   for (; i < bytes; ++i) dst[i] = std::byte{0};
 }
 
-// The arithmetic the wider registers speed up; the dot tiles stay the AVX2 set's (above).
+// dot_tile_wide: MP pairs of x's rows x NR rows of B, each pair's two 8-lane sums in one
+// register (B's 8 values in both halves), the chains of the AVX2 set's dot tile lane for lane:
+// one fused multiply-add per step of 8 depths, the last step's lanes past kc adding zeros (x is
+// zero there, and so is B, as the AVX2 tile's masked loads give), then each half summed in the
+// AVX2 set's tree (sum_lanes) and added to c once.
+
+// The 8 lanes at `lanes` summed as sum_lanes does: (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)).
+GROUPLIN_AVX512 inline float sum_lanes8(const float* lanes) {
+  const __m256 h = _mm256_load_ps(lanes);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));  // l_i + l_i+4
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                         // + l_i+2
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));                                          // + l_i+1
+  return _mm_cvtss_f32(s);
+}
+
+// 8 values of B from b on, in both halves (the maskz form: the unmasked one starts from an
+// undefined vector, on which GCC 12 warns, as load_b16 says); the first n of them, zeros after,
+// nothing past them read.
+GROUPLIN_AVX512 inline __m512 broadcast_b8(const float* b) {
+  return _mm512_castpd_ps(
+      _mm512_maskz_broadcast_f64x4(0xFF, _mm256_loadu_pd(reinterpret_cast<const double*>(b))));
+}
+GROUPLIN_AVX512 inline __m512 broadcast_b_first(const float* b, int64_t n) {
+  alignas(32) float first[8] = {};
+  __builtin_memcpy(first, b, static_cast<size_t>(n) * sizeof(float));
+  return broadcast_b8(first);
+}
+
+// One step of 8 depths: the MP pairs of x at xi against bv.
+template <int MP, int NR>
+GROUPLIN_AVX512 inline void wide_step(const float* xi, const __m512 (&bv)[NR],
+                                      __m512 (&acc)[MP][NR]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < MP; ++i) {
+    const __m512 av = _mm512_load_ps(xi + 16 * i);
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
+  }
+}
+
+template <int MP, int NR>
+GROUPLIN_AVX512 void dot_wide_fixed(int mr, int64_t kc, const float* xi, const float* b,
+                                    int64_t ldb, float* c, int64_t ldc, const char* next) {
+  __m512 acc[MP][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MP; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  __m512 bv[NR];
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8, xi += 16 * MP) {
+    // A line of each row of B per 64 bytes read, as the AVX2 dot tile prefetches.
+    if (next != nullptr && k % 16 == 0) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) _mm_prefetch(next + (j * ldb + k) * 4, _MM_HINT_T0);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) bv[j] = broadcast_b8(b + j * ldb + k);
+    wide_step<MP, NR>(xi, bv, acc);
+  }
+  if (k < kc) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) bv[j] = broadcast_b_first(b + j * ldb + k, kc - k);
+    wide_step<MP, NR>(xi, bv, acc);
+  }
+  alignas(64) float lanes[16];
+#pragma GCC unroll 4
+  for (int i = 0; i < MP; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      _mm512_store_ps(lanes, acc[i][j]);
+      c[2 * i * ldc + j] += sum_lanes8(lanes);
+      if (2 * i + 1 < mr) c[(2 * i + 1) * ldc + j] += sum_lanes8(lanes + 8);
+    }
+  }
+}
+
+using DotWide = void (*)(int, int64_t, const float*, const float*, int64_t, float*, int64_t,
+                         const char*);
+template <int MP>
+constexpr DotWide kDotWideRow[kDotCols] = {dot_wide_fixed<MP, 1>, dot_wide_fixed<MP, 2>,
+                                           dot_wide_fixed<MP, 3>};
+// By pairs of rows: 5-6 rows take 3, 7-8 take 4.
+constexpr const DotWide* kDotWide[2] = {kDotWideRow<3>, kDotWideRow<4>};
+static_assert(kDotWideMinRows == 5 && kDotWideRows == 8);
+
+void dot_tile_wide_avx512(int mr, int nr, int64_t kc, const float* xi, const void* b, int64_t ldb,
+                          float* c, int64_t ldc, const void* ahead) {
+  kDotWide[(mr + 1) / 2 - 3][nr - 1](mr, kc, xi, static_cast<const float*>(b), ldb, c, ldc,
+                                     static_cast<const char*>(ahead));
+}
+
+// The arithmetic the wider registers speed up; the dot tiles of 1-4 rows stay the AVX2 set's
+// (above: at 3-4 rows a wide tile holds too few sums to cover the latency of its fused
+// multiply-adds), and so do those of BF16 B (5-8 rows of BF16 weights run other paths).
 template <bool kBf16>
 void add_products(F32Products& products) {
   products.outer_tile = outer_tile_avx512<kBf16>;
   products.outer_strips = outer_strips_avx512<kBf16>;
   products.fma_rows = fma_rows_avx512<kBf16>;
+  if constexpr (!kBf16) products.dot_tile_wide = dot_tile_wide_avx512;
 }
 
 }  // namespace

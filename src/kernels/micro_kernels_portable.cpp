@@ -80,6 +80,7 @@ void fma_rows_portable(int64_t rows, int64_t depth, const float* a, int64_t lda,
 
 template <bool kBf16>
 constexpr F32Products kProducts = {.dot_tile = dot_tile_portable<kBf16>,
+                                   .dot_tile_wide = nullptr,
                                    .outer_tile = outer_tile_portable<kBf16>,
                                    .outer_strips = outer_strips_portable<kBf16>,
                                    .fma_rows = fma_rows_portable<kBf16>};

@@ -70,6 +70,10 @@ void stream_f32(const float* src, int64_t n, const MutableMatrixRef& m, int64_t 
 void stream_zeros(int64_t n, const MutableMatrixRef& m, int64_t r, int64_t c);
 void stream_fence();
 
+// x's `rows` F32 rows (ldx apart, kc values each) in the layout of F32Products::dot_tile_wide
+// (micro_kernels.hpp): dot_wide_floats(rows, kc) floats at xi.
+void interleave_dot_rows(const float* x, int64_t ldx, int rows, int64_t kc, float* xi);
+
 // B(p, j) = m(r0 + p, c0 + j): rows of m (dgrad's W, wgrad's x) as B-panels.
 void pack_b_rows(const MatrixRef& m, int64_t r0, int64_t kc, int64_t c0, int64_t cols, float* bp);
 // B(p, j) = m(c0 + j, k0 + p): rows of m transposed (forward's W) as B-panels.

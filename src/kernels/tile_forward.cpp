@@ -23,6 +23,11 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
     const F32Rows xr = f32_rows(args.x, t.row0, t.rows, k0, kc, s.a);
     const float* xp = xr.data;
     const int64_t ldx = xr.ld;
+    // 5-8 rows against F32 weights, where the set has it: one wide tile over all the rows (x's
+    // rows interleaved once per depth block, in b's scratch), each weight row read once.
+    const bool wide = w.dtype == DType::F32 && mk.f32.dot_tile_wide != nullptr &&
+                      t.rows >= kDotWideMinRows && t.rows <= kDotWideRows;
+    if (wide) interleave_dot_rows(xp, ldx, static_cast<int>(t.rows), kc, s.b);
     for (int64_t j = 0; j < t.cols; j += kDotCols) {
       const int nr = static_cast<int>(std::min<int64_t>(kDotCols, t.cols - j));
       const std::byte* wp = element(w, t.col0 + j, k0);
@@ -34,6 +39,10 @@ void forward_dot(const ForwardArgs& args, const MatrixRef& w, const Tile& t, flo
       // FP8 rows are decoded in registers, or (sets without dot_tile_fp8) here, nr x kc at a time
       // (in L1), and read as F32 rows.
       const bool fp8 = w.dtype == DType::F8_E4M3, fused = fp8 && mk.dot_tile_fp8 != nullptr;
+      if (wide) {
+        mk.f32.dot_tile_wide(static_cast<int>(t.rows), nr, kc, s.b, wp, w.ld, c + j, ldc, ahead);
+        continue;
+      }
       const F32Rows wd =
           fp8 && !fused ? f32_rows(w, t.col0 + j, nr, k0, kc, s.b) : F32Rows{nullptr, 0};
       for (int64_t i = 0; i < t.rows; i += kDotRows) {

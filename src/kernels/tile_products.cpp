@@ -21,8 +21,8 @@ ScratchSizes sizes_for(int64_t rows, int64_t cols) {
                                2 * kDotTailMaxRows * round_up(cols, kAlignFloats)}) +
                      kAlignFloats,
                  kAlignFloats);
-  s.b = round_up(std::max(std::max(padded_cols, round_up(rows, kOuterCols)) * kOuterDepth,
-                          kDotCols * kDotDepth),
+  s.b = round_up(std::max({std::max(padded_cols, round_up(rows, kOuterCols)) * kOuterDepth,
+                           kDotCols * kDotDepth, dot_wide_floats(kDotWideRows, kDotDepth)}),
                  kAlignFloats);
   return s;
 }

@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -182,6 +184,54 @@ float model_pairs(Level level, const uint16_t* a, int64_t a_step, const uint16_t
     acc = flush_denormal(acc + flush_denormal(even + odd));
   }
   return acc;
+}
+
+// dot_tile_wide on x's 5-8 rows interleaved by interleave_dot_rows, against the AVX2 set's dot
+// tile on the same rows four at a time: the same bits for every row count, every width and depths
+// around its steps of 8 (the rows' and B's gaps hold NaN, which must never be read); only the
+// call's mr x nr elements of c change, each by one addition.
+TEST_P(KernelSetTest, DotTileWideGivesDotTileBitsAndWritesOnlyItsTile) {
+  if (set_->f32.dot_tile_wide == nullptr) {
+    GTEST_SKIP() << "skipped: " << set_->name << " runs 5-8 rows on dot tiles of 4";
+  }
+  using kernels::kDotCols;
+  using kernels::kDotRows;
+  using kernels::kDotWideRows;
+  for (int64_t kc : {0, 1, 7, 8, 9, 15, 16, 17, 31, 100, 1001}) {
+    const int64_t lda = kc + 3, ldb = kc + 5, ldc = kDotCols + 2;
+    std::vector<float> a = random_floats(static_cast<size_t>(kDotWideRows * lda), 31);
+    std::vector<float> b = random_floats(static_cast<size_t>(kDotCols * ldb), 32);
+    for (int64_t i = 0; i < kDotWideRows; ++i) {
+      for (int64_t p = kc; p < lda; ++p) a[i * lda + p] = std::nanf("");
+    }
+    for (int64_t j = 0; j < kDotCols; ++j) {
+      for (int64_t p = kc; p < ldb; ++p) b[j * ldb + p] = std::nanf("");
+    }
+    std::vector<float> xi(static_cast<size_t>(kernels::dot_wide_floats(kDotWideRows, kc)) + 16);
+    float* aligned = xi.data() + (16 - reinterpret_cast<uintptr_t>(xi.data()) / 4 % 16) % 16;
+    const std::vector<float> start =
+        random_floats(static_cast<size_t>((kDotWideRows + 1) * ldc), 33);
+    for (int mr = kernels::kDotWideMinRows; mr <= kDotWideRows; ++mr) {
+      kernels::interleave_dot_rows(a.data(), lda, mr, kc, aligned);
+      for (int nr = 1; nr <= kDotCols; ++nr) {
+        std::vector<float> want = start, got = start;
+        for (int i = 0; i < mr; i += kDotRows) {
+          avx2_->f32.dot_tile(std::min(kDotRows, mr - i), nr, kc, a.data() + i * lda, lda, b.data(),
+                              ldb, want.data() + i * ldc, ldc, nullptr);
+        }
+        set_->f32.dot_tile_wide(mr, nr, kc, aligned, b.data(), ldb, got.data(), ldc, b.data());
+        ASSERT_TRUE(same_bits(want, got)) << "kc " << kc << " mr " << mr << " nr " << nr;
+        for (int64_t i = 0; i <= kDotWideRows; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            if (i < mr && j < nr) continue;
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i * ldc + j]),
+                      std::bit_cast<uint32_t>(start[i * ldc + j]))
+                << "wrote outside at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
 }
 
 // dot_tile_pairs on rows of a and w read in place (their gaps hold NaN, which must never be
