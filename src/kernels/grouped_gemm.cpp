@@ -26,9 +26,14 @@ constexpr TileShape kOuterTile = {
 constexpr TileShape kForwardTile = kOuterTile;
 constexpr TileShape kDgradTile = kOuterTile;
 // dgrad of experts with at most kDirectMaxRows rows (unpacked, weight-streaming): wide tiles, so
-// that each weight row is read whole, in one contiguous run (docs/PERFORMANCE.md).
+// that each weight row is read whole, in one contiguous run (docs/PERFORMANCE.md); of more rows
+// on kDirect (summing in scratch), as wide as those sums stay in L1 (tile_paths.hpp).
 constexpr TileShape kDgradDirectTile = {
     .rows = kDirectMaxRows, .cols = 8192, .row_align = 1, .col_align = kOuterCols};
+constexpr TileShape kDgradDirectScratchTile = {.rows = kDirectScratchMaxRows,
+                                               .cols = kDirectScratchCols,
+                                               .row_align = 1,
+                                               .col_align = kOuterCols};
 // wgrad: 1024 columns, so that each gradient row goes out in long runs and x's rows are packed
 // once per 1024 columns (docs/PERFORMANCE.md, "Wider wgrad tiles").
 constexpr TileShape kWgradTile = {
@@ -184,9 +189,11 @@ void grouped_dgrad(const Tensor& dy, std::span<const int64_t> m_splits,
     args.expert_rows.push_back(m_splits[e]);
     const DgradPath path =
         dgrad_path(m_splits[e], dy.dtype(), weights[e].dtype(), SetCaps::of(micro_kernels()));
+    const TileShape direct =
+        m_splits[e] <= kDirectMaxRows ? kDgradDirectTile : kDgradDirectScratchTile;
     blocks.push_back({first[e], m_splits[e], dx.dim(1), dy.dim(1),
                       static_cast<double>(bytes_of(weights[e])),
-                      path == DgradPath::kDirect ? kDgradDirectTile : kDgradTile});
+                      path == DgradPath::kDirect ? direct : kDgradTile});
   }
   const TilePlan plan = plan_tiles(blocks);
   run_plan(plan, scratch_floats(plan),

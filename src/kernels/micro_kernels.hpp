@@ -118,6 +118,10 @@ struct F32Products {
   // (wgrad), where packing does not pay.
   void (*fma_rows)(int64_t rows, int64_t depth, const float* a, int64_t lda, const void* b,
                    int64_t ldb, int64_t cols, float* c, int64_t ldc);
+  // Weight rows fma_rows takes per pass over c when the depth is longer than the rows (dgrad
+  // streaming the weights): each row of c passes through memory once per fma_rows_steps rows of
+  // b. The dgrad rules read it (tile_paths.hpp, dgrad_direct_max_rows).
+  int fma_rows_steps;
 };
 
 struct MicroKernels {

@@ -237,7 +237,8 @@ constexpr F32Products kProducts = {.dot_tile = dot_tile_avx2<kBf16>,
                                    .dot_tile_wide = nullptr,
                                    .outer_tile = outer_tile_avx2<kBf16>,
                                    .outer_strips = outer_strips_avx2<kBf16>,
-                                   .fma_rows = fma_rows_avx2<kBf16>};
+                                   .fma_rows = fma_rows_avx2<kBf16>,
+                                   .fma_rows_steps = 1};
 
 // Rounds the eight floats of `bits` to BF16 (nearest even) in the low halves of 32-bit lanes;
 // NaN lanes only where `any_nan` (checked once per 16 values: rare, and the blend costs a third

@@ -397,6 +397,7 @@ void add_products(F32Products& products) {
   products.outer_tile = outer_tile_avx512<kBf16>;
   products.outer_strips = outer_strips_avx512<kBf16>;
   products.fma_rows = fma_rows_avx512<kBf16>;
+  products.fma_rows_steps = kRowSteps;
   if constexpr (!kBf16) products.dot_tile_wide = dot_tile_wide_avx512;
 }
 

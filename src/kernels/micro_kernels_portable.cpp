@@ -83,7 +83,8 @@ constexpr F32Products kProducts = {.dot_tile = dot_tile_portable<kBf16>,
                                    .dot_tile_wide = nullptr,
                                    .outer_tile = outer_tile_portable<kBf16>,
                                    .outer_strips = outer_strips_portable<kBf16>,
-                                   .fma_rows = fma_rows_portable<kBf16>};
+                                   .fma_rows = fma_rows_portable<kBf16>,
+                                   .fma_rows_steps = 1};
 
 void add_rows_portable(const void* rows, int64_t row_bytes, int64_t count, bool bf16, int64_t n,
                        float* sums, bool zero) {

@@ -169,9 +169,12 @@ void dgrad_fp8_rows(const DgradArgs& args, const MatrixRef& w, const Tile& t, co
 
 // A few rows: fma_rows straight from dy (widened a depth block at a time) and the weights, in
 // chunks of weight rows (BF16 widened in registers, FP8 decoded in registers or scratch),
-// prefetching a chunk ahead; the chain of the packed path.
+// prefetching a chunk ahead; the chain of the packed path. Up to kDirectMaxRows rows sum in place
+// in dx; more sum in scratch, each row a 64-byte line further on than the last (tile_paths.hpp).
 void dgrad_direct(const DgradArgs& args, const MatrixRef& w, const Tile& t, const Scratch& s) {
-  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, true, true, t, s);
+  const bool in_place = t.rows <= kDirectMaxRows;
+  const Accumulator acc = accumulator_for(args.dx, t.row0, t.col0, in_place, true, t,
+                                          in_place ? s : with_padded_rows(s));
   const MicroKernels& mk = micro_kernels();
   const bool fp8_fused = w.dtype == DType::F8_E4M3 && mk.fma_rows_fp8 != nullptr;
   for (int64_t p0 = 0; p0 < args.out_features; p0 += kOuterDepth) {

@@ -87,10 +87,19 @@ inline int64_t dgrad_in_place_depth(int64_t tile_rows, bool f32_weights) {
   return f32_weights && tile_rows <= kShortInPlaceMaxRows ? kShortInPlaceDepth : kOuterDepth;
 }
 // dgrad tiles of at most kDirectMaxRows rows and wgrad tiles of depth at most kDirectMaxDepth
-// skip packing and run fma_rows straight from the operands (same bits as the packed path); at 8
-// rows, 8 rows of dx a 4 KiB stride apart alias in L1 and packing wins again.
+// skip packing and run fma_rows straight from the operands (same bits as the packed path),
+// summing in place in dx; at 8 rows, 8 rows of dx a 4 KiB stride apart alias in L1 and packing
+// wins again. F32 weights on a set whose fma_rows takes at least kDirectScratchMaxRows weight
+// rows per pass (fma_rows_steps: AVX-512) run it up to kDirectScratchMaxRows rows too, summing
+// in scratch rows a line longer than the tile (no aliasing) of at most kDirectScratchCols
+// columns (8 rows' sums, 32 KiB, stay in L1 beside 8 weight rows' lines): each weight row is
+// read once, as it lies, where the outer tiles read 256 bytes of it per depth step 2 or more
+// times; with one weight row per pass (AVX2) every sum passes through L1 per weight row, and
+// packing stays ahead.
 inline constexpr int64_t kDirectMaxRows = 4;
 inline constexpr int64_t kDirectMaxDepth = 4;
+inline constexpr int64_t kDirectScratchMaxRows = 8;
+inline constexpr int64_t kDirectScratchCols = 1024;
 // BF16 dgrad on the pair kernels from more than kDgradPairsMinRows rows per expert: at 3-4 rows
 // the widened fma_rows are compute-bound (each sum read and written per weight row), and packing
 // pair panels pays; at 2 rows the weights' stream bounds both and fma_rows is faster.
@@ -203,10 +212,15 @@ struct SetCaps {
   bool fp8_rows = false;    // fma_rows_fp8_pairs (with the scaled pair tiles: FP8 dgrad)
   bool pair_rows = false;   // fma_rows_pairs: BF16 dgrad of a few rows
   bool pair_block = false;  // pair_block: pair products want long runs per call (AMX)
+  int f32_rows_steps = 1;   // f32.fma_rows_steps: weight rows per pass of fma_rows (F32 weights)
   static SetCaps of(const MicroKernels& mk) {
-    return {mk.pair_tile != nullptr,          mk.dot_tile_pairs != nullptr,
-            mk.dot_tile_fp8_pairs != nullptr, mk.fma_rows_fp8_pairs != nullptr,
-            mk.fma_rows_pairs != nullptr,     mk.pair_block != nullptr};
+    return {mk.pair_tile != nullptr,
+            mk.dot_tile_pairs != nullptr,
+            mk.dot_tile_fp8_pairs != nullptr,
+            mk.fma_rows_fp8_pairs != nullptr,
+            mk.fma_rows_pairs != nullptr,
+            mk.pair_block != nullptr,
+            mk.f32.fma_rows_steps};
   }
 };
 
@@ -249,6 +263,11 @@ inline ForwardPath forward_path(int64_t rows, int64_t depth, DType x, DType w, c
 //   kDirect        fma_rows straight from dy and the weights (a few rows: weight-streaming)
 //   kOuter         F32 outer-product tiles, the weights packed or read in place
 enum class DgradPath { kPairRows, kPairTiles, kFp8Rows, kFp8PairTiles, kDirect, kOuter };
+// The most rows per expert on kDirect (kDirectMaxRows above).
+inline int64_t dgrad_direct_max_rows(DType w, const SetCaps& set) {
+  const bool steps = w == DType::F32 && set.f32_rows_steps >= kDirectScratchMaxRows;
+  return steps ? kDirectScratchMaxRows : kDirectMaxRows;
+}
 inline DgradPath dgrad_path(int64_t rows, DType dy, DType w, const SetCaps& set) {
   if (dgrad_pairs(rows, w == DType::BF16 && dy == DType::BF16, set.pair_tiles)) {
     return dgrad_pair_rows(rows, set.pair_rows) ? DgradPath::kPairRows : DgradPath::kPairTiles;
@@ -256,7 +275,7 @@ inline DgradPath dgrad_path(int64_t rows, DType dy, DType w, const SetCaps& set)
   if (set.fp8_rows && w == DType::F8_E4M3 && dy == DType::BF16) {
     return fp8_dgrad_rows(rows) ? DgradPath::kFp8Rows : DgradPath::kFp8PairTiles;
   }
-  return rows <= kDirectMaxRows ? DgradPath::kDirect : DgradPath::kOuter;
+  return rows <= dgrad_direct_max_rows(w, set) ? DgradPath::kDirect : DgradPath::kOuter;
 }
 
 // The wgrad paths (tile_backward.cpp; an expert without rows only writes zeros, or keeps its

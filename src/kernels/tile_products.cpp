@@ -8,8 +8,9 @@ ScratchSizes sizes_for(int64_t rows, int64_t cols) {
   const int64_t padded_cols = round_up(cols, kOuterCols);
   ScratchSizes s;
   s.row = round_up(cols, kAlignFloats);
-  s.c = round_up(std::max(round_up(rows, kOuterRows) * padded_cols,
-                          round_up(cols, kOuterRows) * round_up(rows, kOuterCols)),
+  s.c = round_up(std::max({round_up(rows, kOuterRows) * padded_cols,
+                           round_up(cols, kOuterRows) * round_up(rows, kOuterCols),
+                           rows * (padded_cols + kAlignFloats)}),
                  kAlignFloats);
   // The FP8 pair paths keep a row of block scales per kFp8Block depths, and decode up to
   // kOuterDepth codes of each column (dgrad) or weight row (forward) into BF16 in a.

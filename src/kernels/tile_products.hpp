@@ -23,7 +23,8 @@ inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // One worker's scratch for a tile of rows x cols, in 64-byte aligned pieces:
 //   row  one row of floats (bias, or the old gradient when accumulating)
-//   c    the F32 result tile, when it cannot accumulate in place (ldc = cols rounded to 16)
+//   c    the F32 result tile, when it cannot accumulate in place (ldc = cols rounded to 16, or
+//        16 more: with_padded_rows)
 //   a    packed A-panels, or widened rows of x / dy for the unpacked paths
 //   b    packed B-panels, or widened rows of W / x for the unpacked paths
 //   scales  FP8 weights' block scales for one depth block of the pair kernels (fp8_block_scales)
@@ -40,6 +41,13 @@ struct ScratchSizes {
   int64_t row, c, a, b, scales;
   int64_t total() const { return row + c + a + b + scales; }
 };
+
+// s with c's rows one 64-byte line further apart: rows a multiple of 4 KiB apart would share one
+// L1 set (c holds rows x that ldc).
+inline Scratch with_padded_rows(Scratch s) {
+  s.ldc += kAlignFloats;
+  return s;
+}
 
 // The scratch pieces for a tile of rows x cols (their sum is what scratch_floats reserves).
 ScratchSizes sizes_for(int64_t rows, int64_t cols);

@@ -432,7 +432,8 @@ std::vector<Case> cases() {
       // Depth past one block of 256 with an odd remainder (forward 265, dgrad 259), 16 full
       // strips + 3 columns, experts on every forward path (dot tiles up to 8 rows, broadcast
       // with dot tails of 2 and 5 rows and a 10-row last panel, packed from 97; BF16 pairs from
-      // 4 rows) and dgrad path (direct up to 4 rows, in place, packed from 65).
+      // 4 rows) and dgrad path (direct up to 4 rows, in place, and F32 weights up to 8 on the
+      // AVX-512 sets, in scratch; packed from 65).
       {"blocks", kOuterDepth + 9, kOuterDepth + 3, {4, 5, 8, 9, 0, 2, 18, 21, 26, 97}, false},
       // Every row to one expert.
       {"all_to_one", 33, 70, {0, 0, 50, 0}, true},

@@ -131,6 +131,18 @@ TEST(TilePaths, Dgrad) {
     EXPECT_EQ(dgrad_path(kDgradPairsMinRows + 1, kF32, kBf16, set), DgradPath::kDirect);
   }
   EXPECT_EQ(dgrad_path(kDgradPairsMinRows + 1, kBf16, kBf16, kAmx), DgradPath::kPairTiles);
+  // F32 weights on a set whose fma_rows takes kDirectScratchMaxRows weight rows per pass go
+  // direct up to that many rows, whatever dy is; BF16 and FP8 weights, and fewer steps, do not.
+  for (SetCaps set : {kWidening, kBf16Pairs, kBf16Fp8Pairs, kAmx}) {
+    set.f32_rows_steps = kDirectScratchMaxRows;
+    EXPECT_EQ(dgrad_path(kDirectScratchMaxRows, kF32, kF32, set), DgradPath::kDirect);
+    EXPECT_EQ(dgrad_path(kDirectScratchMaxRows, kBf16, kF32, set), DgradPath::kDirect);
+    EXPECT_EQ(dgrad_path(kDirectScratchMaxRows + 1, kF32, kF32, set), DgradPath::kOuter);
+    EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kF32, kBf16, set), DgradPath::kOuter);
+    EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kF32, kFp8, set), DgradPath::kOuter);
+    set.f32_rows_steps = kDirectScratchMaxRows - 1;
+    EXPECT_EQ(dgrad_path(kDirectMaxRows + 1, kF32, kF32, set), DgradPath::kOuter);
+  }
   EXPECT_EQ(dgrad_path(1, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
   EXPECT_EQ(dgrad_path(kFp8RowsMaxRows, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8Rows);
   EXPECT_EQ(dgrad_path(kFp8RowsMaxRows + 1, kBf16, kFp8, kBf16Fp8Pairs), DgradPath::kFp8PairTiles);
