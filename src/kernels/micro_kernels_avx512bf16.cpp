@@ -202,14 +202,27 @@ void pair_tile_scaled_avx512bf16(int mr, int strips, int64_t kc, const uint16_t*
                                 accumulate);
 }
 
+// Which blocks of 32 depths step the walk of the rows ahead: every block (one register tile per
+// weight row; from kDotAheadMinRows rows), or, where two register tiles take each weight row in
+// turn, the even blocks in the first and the odd ones in the second (any row count), so that the
+// prefetches spread over both tiles' time at the rate the row is read.
+enum class AheadSteps { kEvery, kEven, kOdd };
+
 // MR rows of a against one row of w, both read along the depth, in the four chains of
 // dot_tile_pairs (block g into chain g mod 4, so that four vdpbf16ps are in flight per row of
-// a); a line of the rows ahead is prefetched per block. The depths after the last whole block of
-// 32 go through zero-padded copies (nothing past a row is read).
-template <int MR>
+// a); a line of the rows ahead is prefetched per block (kSteps). The depths after the last whole
+// block of 32 go through zero-padded copies (nothing past a row is read).
+template <int MR, AheadSteps kSteps = AheadSteps::kEvery>
 GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t lda,
                                          const uint16_t* w, float* c, int64_t ldc,
                                          RowsAhead& ahead) {
+  const auto step = [&ahead](int64_t block) {
+    if constexpr (kSteps == AheadSteps::kEvery) {
+      if constexpr (MR >= kDotAheadMinRows) ahead.step();
+    } else if (block % 2 == (kSteps == AheadSteps::kOdd ? 1 : 0)) {
+      ahead.step();
+    }
+  };
   __m512 acc[MR][4];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
@@ -221,7 +234,7 @@ GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t 
   for (; g + 4 <= blocks; g += 4) {
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      if constexpr (MR >= kDotAheadMinRows) ahead.step();
+      step(g + r);
       dot_pairs_block<MR>(a + 32 * (g + r), lda, w + 32 * (g + r), acc, r);
     }
   }
@@ -229,13 +242,13 @@ GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t 
 #pragma GCC unroll 3
   for (int r = 0; r < 3; ++r) {
     if (g < blocks) {
-      if constexpr (MR >= kDotAheadMinRows) ahead.step();
+      step(g);
       dot_pairs_block<MR>(a + 32 * g, lda, w + 32 * g, acc, r);
       ++g;
     }
   }
   if (32 * blocks < kc) {
-    if constexpr (MR >= kDotAheadMinRows) ahead.step();
+    step(blocks);
     alignas(64) uint16_t at[MR][32] = {};
     alignas(64) uint16_t wt[32] = {};
     const size_t bytes = sizeof(uint16_t) * static_cast<size_t>(kc - 32 * blocks);
@@ -281,12 +294,20 @@ void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, in
   // More rows than a register tile holds: two tiles take each weight row in turn, the second
   // reading it from L1 (faster than one tile over every row and then the other, from L2:
   // docs/PERFORMANCE.md, "BF16 forward of 7-8 rows: each weight row through both register
-  // tiles in turn").
+  // tiles in turn"), each stepping the walk on every other block (faster than the first tile
+  // stepping on every block: "BF16 forward of 7-8 rows: the prefetches spread over both tiles").
+  constexpr Fixed kFirst[kPairDotRows] = {
+      dot_pairs_fixed<1, AheadSteps::kEven>, dot_pairs_fixed<2, AheadSteps::kEven>,
+      dot_pairs_fixed<3, AheadSteps::kEven>, dot_pairs_fixed<4, AheadSteps::kEven>,
+      dot_pairs_fixed<5, AheadSteps::kEven>, dot_pairs_fixed<6, AheadSteps::kEven>};
+  constexpr Fixed kSecond[kPairDotRows] = {
+      dot_pairs_fixed<1, AheadSteps::kOdd>, dot_pairs_fixed<2, AheadSteps::kOdd>,
+      dot_pairs_fixed<3, AheadSteps::kOdd>, dot_pairs_fixed<4, AheadSteps::kOdd>,
+      dot_pairs_fixed<5, AheadSteps::kOdd>, dot_pairs_fixed<6, AheadSteps::kOdd>};
   const int first = mr / 2 + mr % 2, second = mr - first;
-  RowsAhead none = RowsAhead::none();
   for (int j = 0; j < nr; ++j) {
-    kFixed[first - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
-    kFixed[second - 1](kc, a + first * lda, lda, w + j * ldw, c + first * ldc + j, ldc, none);
+    kFirst[first - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
+    kSecond[second - 1](kc, a + first * lda, lda, w + j * ldw, c + first * ldc + j, ldc, ahead);
   }
 }
 
