@@ -207,6 +207,14 @@ void pair_tile_scaled_avx512bf16(int mr, int strips, int64_t kc, const uint16_t*
 // turn, the even blocks in the first and the odd ones in the second (any row count), so that the
 // prefetches spread over both tiles' time at the rate the row is read.
 enum class AheadSteps { kEvery, kEven, kOdd };
+template <int MR, AheadSteps kSteps>
+inline void step_ahead(RowsAhead& ahead, int64_t block) {
+  if constexpr (kSteps == AheadSteps::kEvery) {
+    if constexpr (MR >= kDotAheadMinRows) ahead.step();
+  } else if (block % 2 == (kSteps == AheadSteps::kOdd ? 1 : 0)) {
+    ahead.step();
+  }
+}
 
 // MR rows of a against one row of w, both read along the depth, in the four chains of
 // dot_tile_pairs (block g into chain g mod 4, so that four vdpbf16ps are in flight per row of
@@ -216,13 +224,6 @@ template <int MR, AheadSteps kSteps = AheadSteps::kEvery>
 GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t lda,
                                          const uint16_t* w, float* c, int64_t ldc,
                                          RowsAhead& ahead) {
-  const auto step = [&ahead](int64_t block) {
-    if constexpr (kSteps == AheadSteps::kEvery) {
-      if constexpr (MR >= kDotAheadMinRows) ahead.step();
-    } else if (block % 2 == (kSteps == AheadSteps::kOdd ? 1 : 0)) {
-      ahead.step();
-    }
-  };
   __m512 acc[MR][4];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
@@ -234,7 +235,7 @@ GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t 
   for (; g + 4 <= blocks; g += 4) {
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      step(g + r);
+      step_ahead<MR, kSteps>(ahead, g + r);
       dot_pairs_block<MR>(a + 32 * (g + r), lda, w + 32 * (g + r), acc, r);
     }
   }
@@ -242,13 +243,13 @@ GROUPLIN_AVX512BF16 void dot_pairs_fixed(int64_t kc, const uint16_t* a, int64_t 
 #pragma GCC unroll 3
   for (int r = 0; r < 3; ++r) {
     if (g < blocks) {
-      step(g);
+      step_ahead<MR, kSteps>(ahead, g);
       dot_pairs_block<MR>(a + 32 * g, lda, w + 32 * g, acc, r);
       ++g;
     }
   }
   if (32 * blocks < kc) {
-    step(blocks);
+    step_ahead<MR, kSteps>(ahead, blocks);
     alignas(64) uint16_t at[MR][32] = {};
     alignas(64) uint16_t wt[32] = {};
     const size_t bytes = sizeof(uint16_t) * static_cast<size_t>(kc - 32 * blocks);
