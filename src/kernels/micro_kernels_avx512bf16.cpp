@@ -297,18 +297,13 @@ void dot_tile_pairs_avx512bf16(int mr, int nr, int64_t kc, const uint16_t* a, in
   // docs/PERFORMANCE.md, "BF16 forward of 7-8 rows: each weight row through both register
   // tiles in turn"), each stepping the walk on every other block (faster than the first tile
   // stepping on every block: "BF16 forward of 7-8 rows: the prefetches spread over both tiles").
-  constexpr Fixed kFirst[kPairDotRows] = {
-      dot_pairs_fixed<1, AheadSteps::kEven>, dot_pairs_fixed<2, AheadSteps::kEven>,
-      dot_pairs_fixed<3, AheadSteps::kEven>, dot_pairs_fixed<4, AheadSteps::kEven>,
-      dot_pairs_fixed<5, AheadSteps::kEven>, dot_pairs_fixed<6, AheadSteps::kEven>};
-  constexpr Fixed kSecond[kPairDotRows] = {
-      dot_pairs_fixed<1, AheadSteps::kOdd>, dot_pairs_fixed<2, AheadSteps::kOdd>,
-      dot_pairs_fixed<3, AheadSteps::kOdd>, dot_pairs_fixed<4, AheadSteps::kOdd>,
-      dot_pairs_fixed<5, AheadSteps::kOdd>, dot_pairs_fixed<6, AheadSteps::kOdd>};
-  const int first = mr / 2 + mr % 2, second = mr - first;
+  // mr is 7 or 8 here: a tile of 4 rows, then one of the other 3 or 4.
+  static_assert(kPairDotRows == 6 && kPairDotCallRows == 8);
+  const Fixed second =
+      mr == 8 ? dot_pairs_fixed<4, AheadSteps::kOdd> : dot_pairs_fixed<3, AheadSteps::kOdd>;
   for (int j = 0; j < nr; ++j) {
-    kFirst[first - 1](kc, a, lda, w + j * ldw, c + j, ldc, ahead);
-    kSecond[second - 1](kc, a + first * lda, lda, w + j * ldw, c + first * ldc + j, ldc, ahead);
+    dot_pairs_fixed<4, AheadSteps::kEven>(kc, a, lda, w + j * ldw, c + j, ldc, ahead);
+    second(kc, a + 4 * lda, lda, w + j * ldw, c + 4 * ldc + j, ldc, ahead);
   }
 }
 
